@@ -1,0 +1,78 @@
+# tritonfleet — make targets. `make help` lists them with their variables.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON    ?= python3
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+TF        := $(VENV)/bin/tritonfleet
+PYINFRA   := $(VENV)/bin/pyinfra
+HOSTS     ?= 3
+TYPES     ?= inf2.xlarge,inf1.6xlarge,g5.xlarge
+INVENTORY ?= inventories/sandbox.py
+PYTEST_ARGS ?=
+ARGS      ?=
+# Debian packages the sandbox fleet needs on the controller.
+APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl
+
+.PHONY: help setup demo test test-unit lint sandbox-up sandbox-down sandbox-status status gen-model bench clean
+
+help: ## List targets and their variables
+	@echo "tritonfleet make targets:"
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@echo
+	@echo "Variables:"
+	@echo "  HOSTS=$(HOSTS)           number of sandbox hosts (sandbox-up)"
+	@echo "  TYPES=$(TYPES)   instance type per host, comma separated (sandbox-up, demo)"
+	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (status)"
+	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
+	@echo "  ARGS=...             arguments passed through (gen-model)"
+	@echo "  VENV=$(VENV) PYTHON=$(PYTHON)"
+
+$(VENV)/.installed: pyproject.toml
+	@set -e; missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test,sandbox]'
+	@touch $@
+
+setup: $(VENV)/.installed ## Create .venv, install the project and the Debian packages the sandbox needs
+
+demo: setup ## Bring up the sandbox and run the main job on it, then print what is serving where
+	$(TF) sandbox up --instance-type $(TYPES)
+	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
+	$(TF) status --inventory $(INVENTORY)
+
+test: setup ## Run the whole test suite, e2e on the sandbox fleet included
+	@rm -f .pytest-exit-code; $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)" >&2; fi; exit $$rc
+
+test-unit: setup ## Run only the tests that need no sandbox
+	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
+
+lint: setup ## ruff over the whole tree
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check . || true
+
+sandbox-up: setup ## Bring up the sandbox fleet (HOSTS, TYPES)
+	$(TF) sandbox up --hosts $(HOSTS) --instance-type $(TYPES)
+
+sandbox-down: setup ## Tear the sandbox fleet down, leaving no trace
+	$(TF) sandbox down
+
+sandbox-status: setup ## Show the sandbox fleet
+	$(TF) sandbox status
+
+status: setup ## Table of every host and Triton server in INVENTORY
+	$(TF) status --inventory $(INVENTORY)
+
+gen-model: setup ## Generate a Triton model directory (ARGS='--model_type pytorch ...')
+	$(TF) gen-model $(ARGS)
+
+bench: setup ## Benchmarks (ratios against the named peer, measured in the same run)
+	@for b in bench/*.py; do [ -e "$$b" ] && $(PY) $$b; done; true
+
+clean: ## Remove the venv and caches in the checkout (not the sandbox cache)
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,19 @@
+"""Host preparation only (the replacement for Triton's setup-pre-container.sh):
+
+    pyinfra inventories/inf2.py deploys/neuron.py
+
+preflight -> base -> neuron (repo, headers, pinned driver/tools, legacy cleanup, EFA, device check)
+-> nvidia on GPU hosts -> docker engine.
+"""
+
+from roles.base import base
+from roles.docker import docker
+from roles.neuron import neuron
+from roles.nvidia import nvidia
+from roles.preflight import preflight
+
+preflight()
+base()
+neuron()
+nvidia()
+docker()

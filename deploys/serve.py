@@ -1,0 +1,23 @@
+"""A bare host to a serving Triton:
+
+    pyinfra inventories/inf2.py deploys/serve.py
+
+preflight -> base -> neuron or nvidia -> docker -> models -> triton (image, compatibility gate,
+containers, health gate).
+"""
+
+from roles.base import base
+from roles.docker import docker
+from roles.models import models
+from roles.neuron import neuron
+from roles.nvidia import nvidia
+from roles.preflight import preflight
+from roles.triton import triton
+
+preflight()
+base()
+neuron()
+nvidia()
+docker()
+models()
+triton()

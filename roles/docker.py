@@ -1,0 +1,66 @@
+"""Docker engine: package, ``/etc/docker/daemon.json`` and the service (restarted only on config change)."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import apt, dnf, files, systemd
+
+from roles.facts import PackageFamily
+from roles.preflight import config_for
+from tritonfleet.config import HostConfig
+from tritonfleet.templating import template_path
+
+DEFAULTS = {
+    # Engine package on apt hosts (Debian/Ubuntu archive) and on dnf hosts (Amazon Linux 2023).
+    "docker_package_apt": "docker.io",
+    "docker_package_dnf": "docker",
+    # Optional data-root (e.g. an instance-store or EBS mount); None keeps /var/lib/docker.
+    "docker_data_root": None,
+    # json-file log rotation per container.
+    "docker_log_max_size": "100m",
+    "docker_log_max_file": 5,
+    # Keep containers running while dockerd restarts (config changes, upgrades).
+    "docker_live_restore": True,
+    # default-ulimits for every container: Neuron needs unlimited locked memory and a 64 MiB stack.
+    "docker_ulimit_memlock": -1,
+    "docker_ulimit_stack": 67108864,
+}
+
+
+def daemon_config(cfg: HostConfig) -> dict:
+    """The daemon.json content for a host."""
+    d = cfg.docker
+    config: dict = {
+        "log-driver": "json-file",
+        "log-opts": {"max-size": d.log_max_size, "max-file": str(d.log_max_file)},
+        "live-restore": d.live_restore,
+        "default-ulimits": {
+            "memlock": {"Name": "memlock", "Soft": d.ulimit_memlock, "Hard": d.ulimit_memlock},
+            "stack": {"Name": "stack", "Soft": d.ulimit_stack, "Hard": d.ulimit_stack},
+        },
+    }
+    if d.data_root:
+        config["data-root"] = d.data_root
+    if cfg.is_gpu:
+        # The same entry `nvidia-ctk runtime configure --runtime=docker` writes.
+        config["runtimes"] = {"nvidia": {"path": "nvidia-container-runtime", "args": []}}
+    return config
+
+
+@deploy("Docker engine", data_defaults=DEFAULTS)
+def docker() -> None:
+    cfg = config_for()
+    family = host.get_fact(PackageFamily)
+    if family == "apt":
+        apt.packages(name="Docker engine package", packages=[cfg.docker.package_apt],
+                                 no_recommends=True)
+    else:
+        dnf.packages(name="Docker engine package", packages=[cfg.docker.package_dnf])
+    if cfg.docker.data_root:
+        files.directory(name="Docker data-root", path=cfg.docker.data_root, mode="711")
+    daemon_json = files.template(name="daemon.json", src=str(template_path("docker/daemon.json.j2")),
+                                 dest="/etc/docker/daemon.json", mode="644", config=daemon_config(cfg))
+    systemd.service(name="Docker running and enabled", service="docker.service", running=True, enabled=True)
+    systemd.service(name="Restart Docker for the new daemon.json", service="docker.service", restarted=True,
+                    _if=daemon_json.did_change)

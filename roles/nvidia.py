@@ -1,0 +1,75 @@
+"""NVIDIA GPU hosts: driver branch, nvidia-container-toolkit (signed repo) and the Docker runtime
+entry (``nvidia-ctk runtime configure``); verified with ``nvidia-smi``. Does nothing on other hosts."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import apt, dnf, files, server, systemd
+
+from roles import operations
+from roles.facts import CommandSucceeds, PackageFamily
+from roles.preflight import config_for
+from tritonfleet.templating import template_path
+
+DEFAULTS = {
+    # Driver branch and the package that provides it ({branch} is substituted).
+    "nvidia_driver_branch": "550",
+    "nvidia_driver_package_apt": "nvidia-driver-{branch}-server",
+    "nvidia_driver_package_dnf": "nvidia-driver-{branch}",
+    # nvidia-container-toolkit repositories (flat apt repo, rpm repo) and key.
+    "nvidia_toolkit_apt_url": "https://nvidia.github.io/libnvidia-container/stable/deb/amd64",
+    "nvidia_toolkit_yum_url": "https://nvidia.github.io/libnvidia-container/stable/rpm/x86_64",
+    "nvidia_key_url": None,  # default https://nvidia.github.io/libnvidia-container/gpgkey
+    # Expected key fingerprint (required on GPU hosts).
+    "nvidia_key_fingerprint": None,
+    # Optional nvidia-container-toolkit version pattern, e.g. "1.17.*".
+    "nvidia_toolkit_version": None,
+}
+
+DAEMON_JSON = "/etc/docker/daemon.json"
+
+
+@deploy("NVIDIA", data_defaults=DEFAULTS)
+def nvidia() -> None:
+    cfg = config_for()
+    if not cfg.is_gpu:
+        host.noop(f"{cfg.instance.name} has no NVIDIA GPUs")
+        return
+    family = host.get_fact(PackageFamily)
+    toolkit = "nvidia-container-toolkit"
+    pins = {toolkit: cfg.nvidia.toolkit_version} if cfg.nvidia.toolkit_version else {}
+    if family == "apt":
+        key = "/etc/apt/keyrings/nvidia-container-toolkit.gpg"
+        files.directory(name="apt keyrings dir", path="/etc/apt/keyrings", mode="755")
+        operations.keyring(name="nvidia-container-toolkit key (fingerprint checked)",
+                           src=cfg.nvidia.effective_key_url(), dest=key, fingerprint=cfg.nvidia.key_fingerprint)
+        repo = apt.repo(name="nvidia-container-toolkit repository", filename="nvidia-container-toolkit",
+                        src=f"deb [signed-by={key}] {cfg.nvidia.toolkit_apt_url} /")
+        apt.update(name="apt-get update (NVIDIA repository changed)", _if=[repo.did_change])
+        apt.packages(name="NVIDIA driver", packages=[cfg.nvidia.driver_package("apt")], no_recommends=True)
+        if pins:
+            operations.pinned_packages(name="nvidia-container-toolkit (pinned)", pins=pins, family="apt")
+        else:
+            apt.packages(name="nvidia-container-toolkit", packages=[toolkit], no_recommends=True)
+    else:
+        key = "/etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"
+        operations.keyring(name="nvidia-container-toolkit key (fingerprint checked)",
+                           src=cfg.nvidia.effective_key_url(), dest=key, fingerprint=cfg.nvidia.key_fingerprint)
+        files.template(name="nvidia-container-toolkit repository",
+                       src=str(template_path("nvidia/nvidia-container-toolkit.repo.j2")),
+                       dest="/etc/yum.repos.d/nvidia-container-toolkit.repo", mode="644",
+                       url=cfg.nvidia.toolkit_yum_url, key_path=key)
+        dnf.packages(name="NVIDIA driver", packages=[cfg.nvidia.driver_package("dnf")])
+        if pins:
+            operations.pinned_packages(name="nvidia-container-toolkit (pinned)", pins=pins, family="dnf")
+        else:
+            dnf.packages(name="nvidia-container-toolkit", packages=[toolkit])
+    configured = host.get_fact(CommandSucceeds, command=f"grep -q '\"nvidia\"' {DAEMON_JSON}")
+    ctk = server.shell(name="nvidia-ctk runtime configure --runtime=docker",
+                       commands=["nvidia-ctk runtime configure --runtime=docker"],
+                       _if=lambda: not configured)
+    systemd.service(name="Restart Docker (runtime added)", service="docker.service", restarted=True,
+                    _if=ctk.did_change)
+    operations.verify_gpus(name="GPUs match the instance type", instance_type=cfg.instance.name,
+                           expected=cfg.instance.device_count)

@@ -1,0 +1,213 @@
+"""Triton in Docker: one container per placed server with exactly its devices, cores, limits and ports.
+
+Image: built on the host from ``templates/triton/Dockerfile.neuron.j2`` (tag = content hash, so an
+unchanged Dockerfile never rebuilds), pulled from a registry, or ``docker load``-ed from an archive.
+Before a Neuron container starts, the image's runtime is checked against the host driver. Containers
+are recreated only when their spec changes, run with a Docker restart policy (``unless-stopped``,
+with ``live-restore`` in daemon.json), and are gated on ``/v2/health/ready`` plus every model's ready
+state. The model-repository API is restricted to callers presenting the per-fleet secret header.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import files
+
+from roles import operations
+from roles.preflight import config_for
+from tritonfleet.config import HostConfig
+from tritonfleet.placement import Placement
+from tritonfleet.templating import render
+
+DEFAULTS = {
+    # Image reference; None with source "build" means tritonfleet/tritonserver-neuron:<content hash>.
+    "triton_image": None,
+    # "build" (on the host, from triton_base_image), "pull" (registry/ECR) or "archive" (docker load).
+    "triton_image_source": "build",
+    # NGC Triton image the Neuron image is built from (24.10 = Triton 2.51).
+    "triton_base_image": "nvcr.io/nvidia/tritonserver:24.10-py3",
+    # `docker save` tarball on the host (source "archive"), or on the controller to upload first.
+    "triton_image_archive": None,
+    "triton_image_archive_src": None,
+    # pip packages baked into the image; None = per family (inf1: torch-neuron + neuron-cc,
+    # inf2/trn: torch-neuronx + neuronx-cc).
+    "triton_neuron_frameworks": None,
+    "triton_neuron_pip_index": "https://pip.repos.neuron.amazonaws.com",
+    # Servers on this host (see README "Serving"); [] = one server with every device.
+    "triton_servers": [],
+    # --shm-size of each container.
+    "triton_shm_size": "1g",
+    # Address the published ports bind to.
+    "triton_bind_address": "0.0.0.0",
+    # Models to load (explicit mode); [] = every model in the repository.
+    "triton_models": [],
+    "triton_model_control_mode": "explicit",
+    # The model-repository API (load/unload/index) needs this header with the per-fleet secret.
+    "triton_repository_header": "X-Tritonfleet-Repository-Key",
+    "triton_repository_secret": None,
+    # python backend shm-default-byte-size.
+    "triton_python_shm_default_byte_size": 16777216,
+    # Extra tritonserver arguments.
+    "triton_extra_args": [],
+    # Seconds to wait for server and models to become ready.
+    "triton_health_timeout": 180,
+    # NEURON_RT_LOG_LEVEL in the containers.
+    "triton_neuron_rt_log_level": "ERROR",
+    # aws-neuronx-runtime-lib in the image when the image does not label it (None: from the release).
+    "triton_neuron_runtime_version": None,
+    "triton_restart_policy": "unless-stopped",
+    # Host networking (off: ports are published per server).
+    "triton_host_network": False,
+    # Mount /lib/udev read-only at /mylib/udev, where the Neuron Triton scripts expect it.
+    "triton_udev_mount": True,
+    "triton_metrics": True,
+}
+
+STATE_DIR = "/var/lib/tritonfleet"
+CONTAINER_PORTS = {"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002}
+
+
+def default_frameworks(cfg: HostConfig) -> list[str]:
+    if cfg.instance.family == "inf1":
+        return ["torch-neuron", "neuron-cc[tensorflow]"]
+    return ["torch-neuronx", "neuronx-cc"]
+
+
+def dockerfile(cfg: HostConfig) -> str:
+    versions = cfg.neuron.versions()
+    runtime_packages = []
+    if cfg.instance.family != "inf1":
+        for pkg in ("aws-neuronx-runtime-lib", "aws-neuronx-collectives"):
+            if pkg in versions:
+                runtime_packages.append(f"{pkg}={versions[pkg]}*")
+    return render(
+        "triton/Dockerfile.neuron.j2", base_image=cfg.triton.base_image, apt_url=cfg.neuron.apt_url,
+        runtime_packages=runtime_packages, pip_index=cfg.triton.neuron_pip_index,
+        frameworks=cfg.triton.neuron_frameworks or default_frameworks(cfg),
+        runtime_version=cfg.container_runtime_version(), sdk_release=cfg.neuron.sdk_release,
+        family=cfg.instance.neuron_arch or cfg.instance.family,
+    )
+
+
+def image_ref(cfg: HostConfig) -> str:
+    if cfg.triton.image:
+        return cfg.triton.image
+    digest = hashlib.sha256(dockerfile(cfg).encode()).hexdigest()[:16]
+    return f"tritonfleet/tritonserver-neuron:{digest}"
+
+
+def model_names(cfg: HostConfig) -> list[str]:
+    """Models the health gate waits for: the configured list, else the repository's model directories."""
+    if cfg.triton.models:
+        return list(cfg.triton.models)
+    if cfg.models.source and os.path.isdir(cfg.models.source):
+        return sorted(d for d in os.listdir(cfg.models.source)
+                      if os.path.isfile(os.path.join(cfg.models.source, d, "config.pbtxt")))
+    return []
+
+
+def run_args(cfg: HostConfig, p: Placement) -> list[str]:
+    """``docker run`` options for one placed server (no --privileged, only its own devices)."""
+    t = cfg.triton
+    args = ["--restart", t.restart_policy]
+    for dev in p.device_paths:
+        args += ["--device", dev]
+    if p.gpus_flag:
+        args += ["--gpus", f'"{p.gpus_flag}"']
+    args += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--shm-size", t.shm_size]
+    if cfg.is_neuron and t.udev_mount:
+        args += ["-v", "/lib/udev:/mylib/udev:ro"]
+    args += ["-v", f"{cfg.models.dir}:/models:ro"]
+    if p.visible_cores is not None:
+        args += ["-e", f"NEURON_RT_VISIBLE_CORES={p.visible_cores}"]
+    if cfg.is_neuron:
+        args += ["-e", f"NEURON_RT_LOG_LEVEL={t.neuron_rt_log_level}"]
+    if t.host_network:
+        args += ["--network", "host"]
+    else:
+        for key, inner in CONTAINER_PORTS.items():
+            args += ["-p", f"{p.bind_address}:{p.ports[key]}:{inner}"]
+    args += ["--label", "com.tritonfleet.role=triton", "--label", f"com.tritonfleet.server={p.name}",
+             "--label", f"com.tritonfleet.devices={','.join(map(str, p.devices or p.gpus))}",
+             "--label", f"com.tritonfleet.cores={p.visible_cores or ''}",
+             "--label", f"com.tritonfleet.endpoint={p.bind_address}:{p.http_port}"]
+    return args
+
+
+def server_command(cfg: HostConfig, p: Placement) -> list[str]:
+    t = cfg.triton
+    cmd = ["tritonserver", "--model-repository=/models", f"--model-control-mode={t.model_control_mode}"]
+    if t.model_control_mode == "explicit":
+        cmd += [f"--load-model={m}" for m in (t.models or ["*"])]
+    if t.repository_secret:
+        restriction = f"model-repository:{t.repository_header}={t.repository_secret}"
+        cmd += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
+    if t.host_network:
+        cmd += [f"--http-port={p.http_port}", f"--grpc-port={p.grpc_port}", f"--metrics-port={p.metrics_port}"]
+    cmd += [f"--allow-metrics={'true' if t.metrics else 'false'}",
+            f"--backend-config=python,shm-default-byte-size={t.python_shm_default_byte_size}",
+            *t.extra_args]
+    return cmd
+
+
+def spec_hash(image: str, args: list[str], cmd: list[str]) -> str:
+    return hashlib.sha256(json.dumps([image, args, cmd]).encode()).hexdigest()[:16]
+
+
+def docker_run_line(cfg: HostConfig, p: Placement) -> str:
+    """The equivalent ``docker run`` command line (for docs and `tritonfleet status`)."""
+    image = image_ref(cfg)
+    args, cmd = run_args(cfg, p), server_command(cfg, p)
+    args += ["--label", f"com.tritonfleet.spec={spec_hash(image, args, cmd)}"]
+    return " ".join(["docker", "run", "-d", "--name", p.name, *args, image, *cmd])
+
+
+def _image(cfg: HostConfig, image: str) -> None:
+    t = cfg.triton
+    if t.image_source == "build":
+        build_dir = posixpath.join(STATE_DIR, "build", image.rsplit(":", 1)[-1])
+        files.put(name="Neuron Triton Dockerfile", src=StringIO(dockerfile(cfg)),
+                  dest=f"{build_dir}/Dockerfile", mode="644")
+        operations.docker_image(name=f"Triton image {image} (build)", image=image, source="build",
+                                build_dir=build_dir, context_files={"neuron-archive-keyring.gpg":
+                                                                    "/etc/apt/keyrings/neuron.gpg"})
+    elif t.image_source == "archive":
+        archive = t.image_archive
+        if t.image_archive_src:
+            archive = archive or posixpath.join(STATE_DIR, "images", os.path.basename(t.image_archive_src))
+            files.put(name="Triton image archive upload", src=t.image_archive_src, dest=archive, mode="644")
+        operations.docker_image(name=f"Triton image {image} (docker load)", image=image, source="archive",
+                                archive=archive)
+    else:
+        operations.docker_image(name=f"Triton image {image} (pull)", image=image, source="pull")
+
+
+@deploy("Triton", data_defaults=DEFAULTS)
+def triton() -> None:
+    cfg = config_for()
+    image = image_ref(cfg)
+    _image(cfg, image)
+    if cfg.is_neuron:
+        operations.neuron_compat_gate(name="Neuron runtime in the image vs host driver", image=image,
+                                      runtime_from_data=cfg.container_runtime_version(),
+                                      neuron_arch=cfg.instance.neuron_arch)
+    models = model_names(cfg)
+    for p in host.loop(cfg.placements):
+        args, cmd = run_args(cfg, p), server_command(cfg, p)
+        digest = spec_hash(image, args, cmd)
+        operations.triton_container(name=f"Triton server {p.name}", container=p.name, image=image,
+                                    spec_hash=digest,
+                                    run_args=args + ["--label", f"com.tritonfleet.spec={digest}"],
+                                    command=cmd, state_dir=STATE_DIR)
+    for p in host.loop(cfg.placements):
+        addr = "127.0.0.1" if p.bind_address in ("0.0.0.0", "::") else p.bind_address
+        operations.triton_ready(name=f"Triton server {p.name} ready", container=p.name,
+                                url=f"http://{addr}:{p.http_port}", models=models,
+                                timeout=cfg.triton.health_timeout)

@@ -1,0 +1,376 @@
+"""Device/core placement of Triton servers (containers) on one host. Pure logic.
+
+Host data ``triton_servers`` is a list of server mappings; each may set ``name``, ``devices`` (Neuron device
+indices), ``cores`` (global NeuronCore ids, on the server's own devices), ``gpus`` (GPU hosts only),
+``http_port``, ``grpc_port``, ``metrics_port`` and ``bind_address``. :func:`place` validates it against an
+:class:`~tritonfleet.catalog.InstanceType` and resolves defaults into :class:`Placement` records.
+
+Neuron rules enforced (neuron-ec2.md §3.4, §4.1): one ``--device=/dev/neuronN`` per device; a server's
+devices and cores are contiguous; NeuronCores are never shared between processes/containers. This module
+also keeps devices exclusive to one server (stricter than the runtime, which lets containers share a
+device when their cores are disjoint). ``NEURON_RT_VISIBLE_CORES`` takes global core ids also inside a
+container (``--device=/dev/neuron12 --device=/dev/neuron13 --env NEURON_RT_VISIBLE_CORES=51,52``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tritonfleet.catalog import InstanceType
+
+__all__ = ["Placement", "PlacementError", "place", "format_core_range", "SERVER_KEYS"]
+
+#: Keys a ``triton_servers`` entry may have.
+SERVER_KEYS = ("name", "devices", "cores", "gpus", "http_port", "grpc_port", "metrics_port", "bind_address")
+_PORT_KEYS = ("http_port", "grpc_port", "metrics_port")
+_FIELD = "triton_servers"
+_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")  # docker container name rule
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one Triton server runs on the host and which ports it publishes.
+
+    ``visible_cores`` is the ``NEURON_RT_VISIBLE_CORES`` value and ``device_paths`` the ``--device`` nodes
+    (Neuron hosts). ``gpus_flag`` is the ``docker run --gpus`` value, e.g. ``device=0,1`` (GPU hosts); on
+    the docker CLI a multi-GPU value must be quoted as ``--gpus '"device=0,1"'`` because the CLI splits
+    the flag on commas.
+    """
+
+    index: int
+    name: str
+    devices: tuple[int, ...]
+    cores: tuple[int, ...]
+    visible_cores: str | None
+    device_paths: tuple[str, ...]
+    gpus: tuple[int, ...]
+    gpus_flag: str | None
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    bind_address: str
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """``{"http_port": …, "grpc_port": …, "metrics_port": …}``."""
+        return {"http_port": self.http_port, "grpc_port": self.grpc_port, "metrics_port": self.metrics_port}
+
+
+class PlacementError(ValueError):
+    """Invalid ``triton_servers`` data. ``str(e)`` is ``"{field} {value}: {message}"``."""
+
+    def __init__(self, field: str, value: Any, message: str) -> None:
+        self.field = field
+        self.value = value
+        self.message = message
+        super().__init__(f"{field} {value}: {message}")
+
+
+def format_core_range(cores: Iterable[int]) -> str:
+    """Compact form of a set of ids: ``[0..7]`` -> ``"0-7"``, ``[3]`` -> ``"3"``, ``[0, 1, 4]`` -> ``"0-1,4"``.
+
+    ``NEURON_RT_VISIBLE_CORES`` accepts a single id or a range (comma lists since runtime 2.16.18).
+    """
+    ids = sorted(set(cores))
+    if not ids:
+        raise ValueError("no cores to format")
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise ValueError(f"core ids must be non-negative integers, got {i!r}")
+    runs: list[str] = []
+    start = prev = ids[0]
+    for i in ids[1:]:
+        if i != prev + 1:
+            runs.append(str(start) if start == prev else f"{start}-{prev}")
+            start = i
+        prev = i
+    runs.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(runs)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_list(field: str, value: Any, what: str) -> list[int]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise PlacementError(field, value, f"{what} must be a list of integers, e.g. [0, 1]")
+    if not all(_is_int(v) for v in value):
+        raise PlacementError(field, value, f"{what} must be a list of integers, e.g. [0, 1]")
+    items = list(value)
+    if not items:
+        raise PlacementError(field, items, f"{what} must not be empty (omit the key for the default)")
+    dupes = sorted({v for v in items if items.count(v) > 1})
+    if dupes:
+        raise PlacementError(field, items, f"duplicate {what} {_fmt(dupes)}")
+    return items
+
+
+def _fmt(ids: Sequence[int]) -> str:
+    """``format_core_range`` that also copes with (invalid) negative ids."""
+    if any(i < 0 for i in ids):
+        return ",".join(str(i) for i in sorted(set(ids)))
+    return format_core_range(ids)
+
+
+def _contiguous(ids: Sequence[int]) -> bool:
+    ordered = sorted(ids)
+    return ordered == list(range(ordered[0], ordered[0] + len(ordered)))
+
+
+def _have(kind: str, count: int) -> str:
+    return f"{kind} 0" if count == 1 else f"{kind}s 0-{count - 1}"
+
+
+def _check_port(field: str, value: Any) -> int:
+    if not _is_int(value):
+        raise PlacementError(field, value, "port must be an integer")
+    if not 1 <= value <= 65535:
+        raise PlacementError(field, value, "port must be in 1..65535")
+    return value
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Two bind addresses conflict on a port if equal or if either is a wildcard address."""
+    if a == b:
+        return True
+    return ipaddress.ip_address(a).is_unspecified or ipaddress.ip_address(b).is_unspecified
+
+
+def place(
+    itype: InstanceType,
+    servers: list[dict] | None = None,
+    *,
+    base_ports: tuple[int, int, int] = (8000, 8001, 8002),
+    port_stride: int = 10,
+    bind_address: str = "0.0.0.0",
+) -> list[Placement]:
+    """Validate ``servers`` (host data ``triton_servers``) for ``itype`` and resolve every server's placement.
+
+    ``None`` or ``[]`` means one server with every device/core (GPU hosts: every GPU). Servers without
+    ``devices`` (``gpus`` on GPU hosts) split the devices nobody claimed evenly and contiguously, in order.
+    ``cores`` defaults to all cores of the server's devices. Ports default to ``base + index * port_stride``.
+    Raises :class:`PlacementError` naming the offending field.
+    """
+    if servers is None:
+        servers = []
+    if isinstance(servers, (str, bytes, Mapping)) or not isinstance(servers, Sequence):
+        raise PlacementError(_FIELD, servers, "must be a list of server mappings")
+    entries: list[Mapping[str, Any]] = list(servers) or [{}]
+    neuron = itype.accelerator == "neuron"
+    unit = "device" if neuron else "GPU"
+    alloc_key = "devices" if neuron else "gpus"
+
+    if len(entries) > itype.device_count:
+        raise PlacementError(
+            _FIELD,
+            len(entries),
+            f"more servers than {unit}s: {itype.name} has {itype.device_count} {unit}(s) "
+            f"and each server needs at least one of its own",
+        )
+
+    # -- per-server shape: keys, types, own device/gpu lists ------------------------------------------
+    explicit: list[list[int] | None] = []
+    for i, server in enumerate(entries):
+        where = f"{_FIELD}[{i}]"
+        if not isinstance(server, Mapping):
+            raise PlacementError(where, server, "must be a mapping of server settings")
+        for key in server:
+            if key not in SERVER_KEYS:
+                hint = difflib.get_close_matches(str(key), SERVER_KEYS, n=1)
+                did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise PlacementError(
+                    f"{where}.{key}",
+                    server[key],
+                    f"unknown key{did_you_mean}; allowed: {', '.join(SERVER_KEYS)}",
+                )
+        wrong = ("devices", "cores") if not neuron else ("gpus",)
+        for key in wrong:
+            if key in server:
+                kind, use = ("a GPU", "gpus") if not neuron else ("a Neuron", "devices/cores")
+                raise PlacementError(
+                    f"{where}.{key}",
+                    server[key],
+                    f"{key} is not valid on {itype.name}, which is {kind} host (use {use})",
+                )
+        if "name" in server:
+            name = server["name"]
+            if not isinstance(name, str) or not _NAME_RE.match(name):
+                raise PlacementError(
+                    f"{where}.name", name, "container name must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"
+                )
+        if "bind_address" in server:
+            _check_bind_address(f"{where}.bind_address", server["bind_address"])
+
+        if alloc_key not in server:
+            explicit.append(None)
+            continue
+        field = f"{where}.{alloc_key}"
+        ids = _int_list(field, server[alloc_key], alloc_key)
+        outside = [d for d in ids if not 0 <= d < itype.device_count]
+        if outside:
+            noun = unit if len(outside) == 1 else f"{unit}s"
+            raise PlacementError(
+                field,
+                ids,
+                f"{noun} {_fmt(outside)} not on {itype.name} "
+                f"({itype.name} has {_have(unit, itype.device_count)})",
+            )
+        if neuron and not _contiguous(ids):
+            raise PlacementError(
+                field, ids, f"devices must be contiguous ({itype.name} has {_have(unit, itype.device_count)})"
+            )
+        explicit.append(sorted(ids))
+
+    # -- devices/gpus exclusive between servers ---------------------------------------------------------
+    owner: dict[int, int] = {}
+    for i, ids in enumerate(explicit):
+        if ids is None:
+            continue
+        taken = [d for d in ids if d in owner]
+        if taken:
+            other = owner[taken[0]]
+            raise PlacementError(
+                f"{_FIELD}[{i}].{alloc_key}",
+                ids,
+                f"{unit}s {format_core_range(taken)} already used by {_FIELD}[{other}] "
+                f"(servers cannot share a {unit})",
+            )
+        owner.update(dict.fromkeys(ids, i))
+
+    # -- split unclaimed devices among servers without an explicit list ----------------------------------
+    auto = [i for i, ids in enumerate(explicit) if ids is None]
+    allocated: list[list[int]] = [list(ids) if ids is not None else [] for ids in explicit]
+    if auto:
+        free = [d for d in range(itype.device_count) if d not in owner]
+        if len(free) < len(auto) or len(free) % len(auto):
+            free_txt = format_core_range(free) if free else "none"
+            raise PlacementError(
+                _FIELD,
+                auto,
+                f"{len(auto)} server(s) without {alloc_key} cannot evenly split the {len(free)} unclaimed "
+                f"{unit}(s) of {itype.name} ({free_txt}); give them explicit {alloc_key}",
+            )
+        size = len(free) // len(auto)
+        for n, i in enumerate(auto):
+            chunk = free[n * size : (n + 1) * size]
+            if neuron and not _contiguous(chunk):
+                raise PlacementError(
+                    f"{_FIELD}[{i}]",
+                    chunk,
+                    f"the unclaimed devices left for this server are not contiguous ({format_core_range(free)} "
+                    f"split {len(auto)} ways); give it explicit devices",
+                )
+            allocated[i] = chunk
+
+    # -- cores ------------------------------------------------------------------------------------------
+    core_sets: list[list[int]] = []
+    for i, server in enumerate(entries):
+        owned = [c for d in allocated[i] for c in itype.cores_of_device(d)] if neuron else []
+        if not neuron or "cores" not in server:
+            core_sets.append(owned)
+            continue
+        field = f"{_FIELD}[{i}].cores"
+        cores = _int_list(field, server["cores"], "cores")
+        foreign = sorted(c for c in cores if c not in owned)
+        if foreign:
+            raise PlacementError(
+                field,
+                cores,
+                f"cores {format_core_range(foreign)} are not on this server's devices "
+                f"{format_core_range(allocated[i])} (cores {format_core_range(owned)})",
+            )
+        if not _contiguous(cores):
+            raise PlacementError(field, cores, "cores must be contiguous")
+        core_sets.append(sorted(cores))
+
+    core_owner: dict[int, int] = {}
+    for i, cores in enumerate(core_sets):
+        shared = [c for c in cores if c in core_owner]
+        if shared:  # unreachable while devices are exclusive; kept as a guard for the NeuronCore rule
+            raise PlacementError(
+                f"{_FIELD}[{i}].cores",
+                cores,
+                f"cores {format_core_range(shared)} already used by {_FIELD}[{core_owner[shared[0]]}] "
+                "(NeuronCores cannot be shared between servers)",
+            )
+        core_owner.update(dict.fromkeys(cores, i))
+
+    # -- ports, names, addresses ------------------------------------------------------------------------
+    default_bind = _check_bind_address("bind_address", bind_address)
+    if len(base_ports) != 3 or not all(_is_int(p) for p in base_ports):
+        raise PlacementError("base_ports", base_ports, "must be three integers (http, grpc, metrics)")
+    if not _is_int(port_stride) or port_stride < 0:
+        raise PlacementError("port_stride", port_stride, "must be a non-negative integer")
+
+    single = len(entries) == 1
+    placements: list[Placement] = []
+    used_ports: list[tuple[int, str, str]] = []  # (port, bind address, field)
+    names: dict[str, int] = {}
+    for i, server in enumerate(entries):
+        where = f"{_FIELD}[{i}]"
+        address = server.get("bind_address", default_bind)
+        ports: dict[str, int] = {}
+        for key, base in zip(_PORT_KEYS, base_ports, strict=True):
+            field = f"{where}.{key}"
+            if key in server:
+                port = _check_port(field, server[key])
+            else:
+                port = base + i * port_stride
+                if not 1 <= port <= 65535:
+                    raise PlacementError(
+                        field,
+                        port,
+                        f"default port (base {base} + {i} * {port_stride}) is out of range 1..65535",
+                    )
+            for other_key, other_port in ports.items():
+                if other_port == port:
+                    raise PlacementError(field, port, f"same port as {where}.{other_key}")
+            for other_port, other_address, other_field in used_ports:
+                if other_port == port and _overlaps(address, other_address):
+                    raise PlacementError(field, port, f"port already used by {other_field}")
+            ports[key] = port
+        used_ports.extend((port, address, f"{where}.{key}") for key, port in ports.items())
+
+        name = server.get("name") or ("triton" if single else f"triton-{i}")
+        if name in names:
+            raise PlacementError(
+                f"{where}.name", name, f"container name already used by {_FIELD}[{names[name]}]"
+            )
+        names[name] = i
+
+        devices = tuple(allocated[i]) if neuron else ()
+        cores = tuple(core_sets[i]) if neuron else ()
+        gpus = tuple(allocated[i]) if not neuron else ()
+        placements.append(
+            Placement(
+                index=i,
+                name=name,
+                devices=devices,
+                cores=cores,
+                visible_cores=format_core_range(cores) if neuron else None,
+                device_paths=tuple(f"/dev/neuron{d}" for d in devices),
+                gpus=gpus,
+                gpus_flag=("device=" + ",".join(str(g) for g in gpus)) if gpus else None,
+                http_port=ports["http_port"],
+                grpc_port=ports["grpc_port"],
+                metrics_port=ports["metrics_port"],
+                bind_address=address,
+            )
+        )
+    return placements
+
+
+def _check_bind_address(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise PlacementError(field, value, "bind address must be an IP address string")
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise PlacementError(field, value, "bind address must be an IPv4 or IPv6 address") from None
+    return value

@@ -1,0 +1,56 @@
+"""Host data for ``inventories/sandbox.py``, derived from the sandbox state."""
+
+from __future__ import annotations
+
+from tritonfleet.sandbox import fleet
+
+
+def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
+    """``[(name, data), ...]`` for the running sandbox hosts (all, or ``names``)."""
+    state = fleet.load_state()
+    hosts = fleet.hosts_from_state(state)
+    if not hosts:
+        raise SystemExit("the sandbox is not up: run `make sandbox-up` (or `tritonfleet sandbox up`)")
+    supplies = state.get("supplies", {})
+    repos = supplies.get("repos", {})
+    base = f"http://{fleet.BRIDGE_IP}:{fleet.REPO_PORT}"
+    common = {
+        "ssh_user": "root",
+        "ssh_key": str(fleet.key_path()),
+        "ssh_known_hosts_file": str(fleet.known_hosts_path()),
+        "ssh_strict_host_key_checking": "yes",
+        "imds_endpoint": f"http://{fleet.BRIDGE_IP}:{fleet.IMDS_PORT}",
+        "s3_endpoint": fleet.s3_endpoint(),
+        "s3_region": fleet.S3_REGION,
+        "models_s3_uri": f"s3://{fleet.S3_BUCKET}/{fleet.S3_PREFIX}",
+        "triton_image_source": "archive",
+        "triton_repository_secret": state.get("repository_secret"),
+        "models_source": str(fleet.SAMPLES),
+        "triton_image": "tritonfleet-sandbox/tritonserver:2.51.0-sandbox",
+        "triton_image_archive": "/srv/images/tritonserver-2.51.0-sandbox.tar",
+    }
+    if "neuron" in repos:
+        neuron = repos["neuron"]
+        common.update({
+            "neuron_apt_url": f"{base}/{neuron['url_path'].strip('/')}",
+            "neuron_apt_suite": neuron.get("suite") or "bookworm",
+            "neuron_key_fingerprint": neuron["fingerprint"],
+        })
+    if "nvidia" in repos:
+        nvidia = repos["nvidia"]
+        common.update({
+            "nvidia_toolkit_apt_url": f"{base}/{nvidia['url_path'].strip('/')}",
+            "nvidia_key_fingerprint": nvidia["fingerprint"],
+        })
+    if "efa" in repos:
+        efa = repos["efa"]
+        common.update({
+            "efa_installer_url": f"{base}/{efa['url_path'].strip('/')}/aws-efa-installer-latest.tar.gz",
+            "efa_key_fingerprint": efa["fingerprint"],
+        })
+    out = []
+    for h in hosts:
+        if names and h.name not in names:
+            continue
+        out.append((h.name, {**common, "ssh_hostname": h.ip, "instance_type": h.instance_type}))
+    return out
