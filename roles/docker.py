@@ -62,5 +62,5 @@ def docker() -> None:
     daemon_json = files.template(name="daemon.json", src=str(template_path("docker/daemon.json.j2")),
                                  dest="/etc/docker/daemon.json", mode="644", config=daemon_config(cfg))
     systemd.service(name="Docker running and enabled", service="docker.service", running=True, enabled=True)
-    systemd.service(name="Restart Docker for the new daemon.json", service="docker.service", restarted=True,
+    systemd.service(name="Restart Docker for the new daemon.json", service="docker.service", running=None, restarted=True,
                     _if=daemon_json.did_change)

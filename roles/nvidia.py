@@ -69,7 +69,7 @@ def nvidia() -> None:
     ctk = server.shell(name="nvidia-ctk runtime configure --runtime=docker",
                        commands=["nvidia-ctk runtime configure --runtime=docker"],
                        _if=lambda: not configured)
-    systemd.service(name="Restart Docker (runtime added)", service="docker.service", restarted=True,
+    systemd.service(name="Restart Docker (runtime added)", service="docker.service", running=None, restarted=True,
                     _if=ctk.did_change)
     operations.verify_gpus(name="GPUs match the instance type", instance_type=cfg.instance.name,
                            expected=cfg.instance.device_count)

@@ -3,15 +3,12 @@ before any operation is queued. Roles read :func:`config_for`, never ``host.data
 
 from __future__ import annotations
 
-from pyinfra import host, inventory
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from roles.facts import ImdsInstanceType
 from tritonfleet.config import ConfigError, HostConfig, load_host_config
-
-_CONFIGS: dict[str, HostConfig] = {}
-
 
 class PreflightError(PyinfraError):
     """Bad host data; raised before any host is changed."""
@@ -38,19 +35,22 @@ def _validate(h) -> HostConfig:
 
 def validate_all() -> dict[str, HostConfig]:
     """Validate every host of the inventory (once per run); raise with one line per bad host."""
-    if _CONFIGS:
-        return _CONFIGS
+    state = host.state
+    cached = getattr(state, "_tritonfleet_configs", None)
+    if cached is not None:
+        return cached
     errors = []
     configs = {}
-    for h in inventory.iter_hosts():
+    hosts = list(state.inventory.iter_activated_hosts()) or list(state.inventory)
+    for h in sorted(hosts, key=lambda x: x.name):
         try:
             configs[h.name] = _validate(h)
         except ConfigError as exc:
             errors.append(str(exc))
     if errors:
         raise PreflightError("preflight failed, nothing was changed:\n  " + "\n  ".join(errors))
-    _CONFIGS.update(configs)
-    return _CONFIGS
+    state._tritonfleet_configs = configs
+    return configs
 
 
 def config_for(h=None) -> HostConfig:

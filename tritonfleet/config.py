@@ -325,6 +325,8 @@ def _split(data: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str
     sections: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     unknown: list[str] = []
     for key, value in data.items():
+        if key in TOP_LEVEL:
+            continue
         prefix, _, rest = key.partition("_")
         if prefix in sections and rest:
             if rest in _MODELS[prefix].model_fields:

@@ -40,12 +40,14 @@ def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
         nvidia = repos["nvidia"]
         common.update({
             "nvidia_toolkit_apt_url": f"{base}/{nvidia['url_path'].strip('/')}",
+            "nvidia_key_url": f"{base}/nvidia/gpgkey",
             "nvidia_key_fingerprint": nvidia["fingerprint"],
         })
     if "efa" in repos:
         efa = repos["efa"]
         common.update({
             "efa_installer_url": f"{base}/{efa['url_path'].strip('/')}/aws-efa-installer-latest.tar.gz",
+            "efa_key_url": f"{base}/{efa['url_path'].strip('/')}/aws-efa-installer.key",
             "efa_key_fingerprint": efa["fingerprint"],
         })
     out = []

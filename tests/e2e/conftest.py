@@ -1,0 +1,46 @@
+"""The session-scoped sandbox fleet shared by every e2e test, and a per-test host reset."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tritonfleet.sandbox import fleet
+
+# One fleet for the whole session; tests pick hosts by role name.
+FLEET = [
+    fleet.HostSpec("inf2.xlarge", name="inf2"),
+    fleet.HostSpec("inf1.6xlarge", name="inf1"),
+    fleet.HostSpec("trn1.32xlarge", name="trn1"),
+    fleet.HostSpec("g5.xlarge", name="gpu"),
+    fleet.HostSpec("inf2.48xlarge", name="inf2big"),
+    fleet.HostSpec("inf1.xlarge", name="legacy", preinstall=["aws-neuron-dkms", "aws-neuron-runtime"]),
+    fleet.HostSpec("inf2.xlarge", name="nodrv", driver_creates_devices=False),
+    fleet.HostSpec("inf2.xlarge", name="scratch"),
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    """The running sandbox fleet (brought up once; `test_zz_teardown` takes it down at the end)."""
+    if os.geteuid() != 0:
+        pytest.skip("e2e tests need root (network namespaces, systemd-nspawn)")
+    fleet.up(FLEET)
+    return {h.name: h for h in fleet.hosts_from_state(fleet.load_state())}
+
+
+@pytest.fixture
+def fresh(sandbox):
+    """Reset a host to a bare root: ``fresh("scratch")`` returns its HostState."""
+
+    def reset(name: str):
+        return fleet.reset_host(name)
+
+    return reset
