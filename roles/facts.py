@@ -117,7 +117,10 @@ class DockerImageInfo(FactBase[dict]):
         return f"docker image inspect --format '{{{{json .}}}}' {quote(image)} 2>/dev/null || true"
 
     def process(self, output: list[str]) -> dict:
-        data = json.loads("".join(output))
+        text = "".join(output).strip()
+        if not text.startswith("{"):
+            return {}
+        data = json.loads(text)
         return {"id": data.get("Id"), "labels": (data.get("Config") or {}).get("Labels") or {},
                 "tags": data.get("RepoTags") or []}
 
@@ -134,8 +137,11 @@ class TritonContainers(FactBase[dict]):
                 "[ -z \"$ids\" ] || docker inspect $ids")
 
     def process(self, output: list[str]) -> dict:
-        out = {}
-        for c in json.loads("\n".join(output)):
+        out: dict = {}
+        text = "\n".join(output).strip()
+        if not text.startswith("["):
+            return out
+        for c in json.loads(text):
             labels = c["Config"].get("Labels") or {}
             out[c["Name"].lstrip("/")] = {
                 "id": c["Id"],

@@ -4,6 +4,7 @@ ready models, endpoint), read over SSH (paramiko, strict host keys) from the hos
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import json
 import runpy
 import shlex
@@ -150,4 +151,4 @@ def print_status(rows: list[dict[str, Any]]) -> None:
             table.add_row(r["host"], "[red]" + r["error"] + "[/red]", *[""] * (len(cols) - 2))
         else:
             table.add_row(*[str(r[c]) for c in cols])
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)

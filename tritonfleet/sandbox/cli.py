@@ -65,7 +65,7 @@ def _print_status() -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], r["ip"], r["instance_type"], r["instance_id"], r["state"])
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     if rows:
         console.print(f"S3 endpoint {fleet.s3_endpoint()}  bucket s3://{fleet.S3_BUCKET}/{fleet.S3_PREFIX}  "
