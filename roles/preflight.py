@@ -10,6 +10,7 @@ from pyinfra.api.exceptions import PyinfraError
 from roles.facts import ImdsInstanceType
 from tritonfleet.config import ConfigError, HostConfig, load_host_config
 
+
 class PreflightError(PyinfraError):
     """Bad host data; raised before any host is changed."""
 

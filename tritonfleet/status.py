@@ -4,10 +4,10 @@ ready models, endpoint), read over SSH (paramiko, strict host keys) from the hos
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import json
 import runpy
 import shlex
+import sys
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
