@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -21,6 +22,23 @@ FLEET = [
 ]
 
 
+BASELINE: dict = {}
+
+
+def machine_baseline() -> dict:
+    """Machine state the sandbox must leave as it found it (forwarding, firewall, routes)."""
+
+    def out(cmd):
+        return subprocess.run(cmd, capture_output=True, text=True).stdout
+
+    return {
+        "ip_forward": open("/proc/sys/net/ipv4/ip_forward").read().strip(),
+        "nft": out(["sh", "-c", "command -v nft >/dev/null && nft list ruleset || true"]),
+        "routes": out(["ip", "route", "show"]),
+        "dev": sorted(os.listdir("/dev")),
+    }
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "/e2e/" in str(item.fspath):
@@ -32,6 +50,7 @@ def sandbox():
     """The running sandbox fleet (brought up once; `test_zz_teardown` takes it down at the end)."""
     if os.geteuid() != 0:
         pytest.skip("e2e tests need root (network namespaces, systemd-nspawn)")
+    BASELINE.update(machine_baseline())
     fleet.up(FLEET)
     return {h.name: h for h in fleet.hosts_from_state(fleet.load_state())}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import pprint
 import os
 import re
 import subprocess
@@ -30,15 +30,14 @@ class PyinfraRun:
         return self.stdout + self.stderr
 
 
-_TOTAL = re.compile(r"Grand total\s*\|\s*(\d+|-)\s*\|\s*(\d+|-)\s*\|\s*(\d+|-)\s*\|\s*(\d+|-)")
+_TOTAL = re.compile(r"Grand total\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)")
 
 
 def _totals(text: str) -> dict[str, int]:
-    m = None
-    for m in _TOTAL.finditer(text):
-        pass
-    if not m:
+    matches = list(_TOTAL.finditer(text))
+    if not matches:
         return {}
+    m = matches[-1]
     vals = [0 if v == "-" else int(v) for v in m.groups()]
     return dict(zip(("operations", "changed", "errors", "no_change"), vals, strict=True))
 
@@ -50,8 +49,7 @@ def write_inventory(tmp: Path, names: list[str], extra: dict | None = None, per_
         data = {**data, **(extra or {}), **((per_host or {}).get(name, {}))}
         hosts.append((name, data))
     inv = tmp / f"inv_{'_'.join(names)}.py"
-    inv.write_text("sandbox = " + json.dumps(hosts, indent=1).replace("true", "True").replace("false", "False")
-                   .replace("null", "None") + "\n")
+    inv.write_text("sandbox = " + pprint.pformat(hosts) + "\n")
     return inv
 
 

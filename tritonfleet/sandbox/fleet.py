@@ -19,8 +19,8 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -623,11 +623,11 @@ def preinstall(h: HostState, packages: list[str]) -> None:
         if not matches:
             raise SandboxError(f"{h.name}: no stand-in package {pkg} in the sandbox repos")
         debs.append(matches[-1])
-    tmp = h.root / "tmp/tritonfleet-preinstall"
+    tmp = h.root / "var/tmp/tritonfleet-preinstall"
     tmp.mkdir(parents=True, exist_ok=True)
     for deb in debs:
         shutil.copy(deb, tmp / deb.name)
-    ssh(h, "dpkg -i /tmp/tritonfleet-preinstall/*.deb && rm -rf /tmp/tritonfleet-preinstall")
+    ssh(h, "dpkg -i /var/tmp/tritonfleet-preinstall/*.deb && rm -rf /var/tmp/tritonfleet-preinstall")
 
 
 def stop_host(h: HostState, timeout: float = 20) -> None:
@@ -776,12 +776,25 @@ def _assign_names(specs: list[HostSpec]) -> list[HostSpec]:
 
 
 def up(specs: list[HostSpec]) -> dict:
-    """Bring the fleet to ``specs`` (idempotent). Returns the state."""
+    """Bring the fleet to ``specs`` (idempotent). Returns the state.
+
+    A failed bring-up of a new fleet removes whatever it had started (nothing half-built)."""
     specs = _assign_names(list(specs))
     if len(specs) > 200:
         raise SandboxError("at most 200 sandbox hosts")
     check_prerequisites()
     with locked():
+        had_hosts = bool(hosts_from_state(load_state()))
+        try:
+            return _up(specs)
+        except BaseException:
+            if not had_hosts:
+                cleanup_all()
+            raise
+
+
+def _up(specs: list[HostSpec]) -> dict:
+    if True:
         t0 = time.monotonic()
         state = load_state()
         live = {h.name: h for h in hosts_from_state(state) if _alive(h)}

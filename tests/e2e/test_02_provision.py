@@ -1,0 +1,108 @@
+"""Issue 3 acceptance: host provisioning (deploys/neuron.py) on sandbox hosts of every family."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.e2e.helpers import ROOT, pyinfra, ssh, write_inventory
+from tritonfleet import catalog
+from tritonfleet.sandbox import fleet
+
+HOSTS = ["inf1", "inf2", "trn1", "gpu", "legacy"]
+
+
+@pytest.fixture(scope="module")
+def provisioned(sandbox, tmp_path_factory):
+    for name in HOSTS:  # bare hosts (the legacy one comes back with its legacy packages)
+        fleet.reset_host(name)
+    inv = write_inventory(tmp_path_factory.mktemp("inv"), HOSTS)
+    first = pyinfra(inv, "deploys/neuron.py")
+    second = pyinfra(inv, "deploys/neuron.py")
+    return first, second
+
+
+def _dpkg_version(name: str, pkg: str) -> str | None:
+    proc = ssh(name, f"dpkg-query -W -f='${{Status}} ${{Version}}' {pkg}", check=False)
+    if proc.returncode != 0 or not proc.stdout.startswith("install ok installed"):
+        return None
+    return proc.stdout.split()[-1]
+
+
+def test_deploy_completes_and_second_run_changes_nothing(provisioned):
+    first, second = provisioned
+    assert first.returncode == 0, first.output[-4000:]
+    assert first.totals["changed"] > 0 and first.totals["errors"] == 0
+    assert second.returncode == 0, second.output[-4000:]
+    assert second.totals["changed"] == 0, second.output[-4000:]
+    assert second.totals["errors"] == 0
+    assert second.totals["no_change"] == second.totals["operations"]
+
+
+def test_driver_lines_per_family(provisioned):
+    assert _dpkg_version("inf1", "aws-neuronx-dkms").startswith("2.24.")
+    assert _dpkg_version("legacy", "aws-neuronx-dkms").startswith("2.24.")
+    for name in ("inf2", "trn1"):
+        assert _dpkg_version(name, "aws-neuronx-dkms") == "2.30.2.0"  # Neuron 2.32 release table
+        assert _dpkg_version(name, "aws-neuronx-tools") == "2.32.28.0"
+    assert _dpkg_version("gpu", "aws-neuronx-dkms") is None
+
+
+def test_legacy_packages_removed(provisioned):
+    for pkg in ("aws-neuron-dkms", "aws-neuron-runtime"):
+        assert _dpkg_version("legacy", pkg) is None
+    assert ssh("legacy", "systemctl is-active neuron-rtd", check=False).stdout.strip() != "active"
+
+
+@pytest.mark.parametrize("name", ["inf1", "inf2", "trn1", "legacy"])
+def test_devices_match_catalog_and_neuron_ls_parses(provisioned, name):
+    itype = catalog.get(fleet.get_host(name).instance_type)
+    devices = ssh(name, "ls /dev | grep -E '^neuron[0-9]+$' || true").stdout.split()
+    assert len(devices) == itype.device_count
+    listed = json.loads(ssh(name, "bash -lc 'neuron-ls -j'").stdout)  # PATH from /etc/profile.d/neuron.sh
+    assert len(listed) == itype.device_count
+    assert all(d["nc_count"] == itype.cores_per_device for d in listed)
+
+
+def test_efa_only_where_the_instance_has_it(provisioned):
+    assert ssh("trn1", "test -x /opt/amazon/efa/bin/fi_info", check=False).returncode == 0
+    assert ssh("inf2", "test -e /opt/amazon/efa", check=False).returncode != 0
+
+
+def test_gpu_host_driver_toolkit_and_docker_runtime(provisioned):
+    assert "NVIDIA A10G" in ssh("gpu", "nvidia-smi -L").stdout
+    daemon = json.loads(ssh("gpu", "cat /etc/docker/daemon.json").stdout)
+    assert daemon["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+    assert "nvidia" in ssh("gpu", "docker info --format '{{json .Runtimes}}'").stdout
+
+
+def test_docker_daemon_config(provisioned):
+    daemon = json.loads(ssh("inf2", "cat /etc/docker/daemon.json").stdout)
+    assert daemon["default-ulimits"]["memlock"] == {"Name": "memlock", "Soft": -1, "Hard": -1}
+    assert daemon["default-ulimits"]["stack"]["Hard"] == 67108864
+    assert daemon["live-restore"] is True and daemon["log-opts"]["max-file"] == "5"
+    assert ssh("inf2", "systemctl is-active docker").stdout.strip() == "active"
+    assert "unlimited" in ssh("inf2", "cat /etc/security/limits.d/90-tritonfleet-memlock.conf").stdout
+
+
+def test_wrong_key_fingerprint_fails_before_anything_is_installed(sandbox, fresh, tmp_path):
+    fresh("scratch")
+    wrong = "0123456789ABCDEF0123456789ABCDEF01234567"
+    inv = write_inventory(tmp_path, ["scratch"], extra={"neuron_key_fingerprint": wrong})
+    run = pyinfra(inv, "deploys/neuron.py")
+    assert run.returncode != 0
+    assert "key fingerprint mismatch" in run.output and wrong in run.output
+    assert ssh("scratch", "dpkg -l | grep -c -E 'neuron|docker' || true").stdout.strip() == "0"
+    assert ssh("scratch", "test -e /etc/apt/keyrings/neuron.gpg || test -e /etc/apt/sources.list.d/neuron.list",
+               check=False).returncode != 0
+
+
+def test_missing_devices_fail_with_reason_and_fix(sandbox, tmp_path):
+    inv = write_inventory(tmp_path, ["nodrv"])
+    run = pyinfra(inv, "deploys/neuron.py")
+    assert run.returncode != 0
+    kernel = os.uname().release
+    assert (f"inf2.xlarge should have 1 Neuron devices, found 0: the neuron driver is not loaded; "
+            f"is linux-headers-{kernel} installed?") in run.output

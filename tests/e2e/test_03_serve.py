@@ -1,0 +1,110 @@
+"""Issue 4 acceptance: deploys/serve.py takes a bare host to a serving Triton."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tritonclient.http as httpclient
+
+from tests.e2e.helpers import host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.test_01_sandbox import _check_add_sub
+from tritonfleet.sandbox import fleet
+
+
+def _containers(name: str) -> list[dict]:
+    ids = ssh(name, "docker ps -aq --filter label=com.tritonfleet.role=triton").stdout.split()
+    return json.loads(ssh(name, "docker inspect " + " ".join(ids)).stdout) if ids else []
+
+
+def _env(c: dict) -> dict:
+    return dict(e.split("=", 1) for e in c["Config"]["Env"])
+
+
+@pytest.fixture(scope="module")
+def served(sandbox, tmp_path_factory):
+    fleet.reset_host("scratch")  # a bare host
+    inv = write_inventory(tmp_path_factory.mktemp("serve"), ["scratch"])
+    first = pyinfra(inv, "deploys/serve.py")
+    assert first.returncode == 0, first.output[-5000:]
+    (c,) = _containers("scratch")
+    second = pyinfra(inv, "deploys/serve.py")
+    return first, second, c
+
+
+def test_container_has_exactly_its_device_and_limits(served):
+    _, _, c = served
+    hc = c["HostConfig"]
+    assert [d["PathOnHost"] for d in hc["Devices"]] == ["/dev/neuron0"]
+    assert {"Name": "memlock", "Hard": -1, "Soft": -1} in hc["Ulimits"]
+    assert {"Name": "stack", "Hard": 67108864, "Soft": 67108864} in hc["Ulimits"]
+    assert hc["ShmSize"] == 1024**3
+    assert hc["Privileged"] is False and hc["NetworkMode"] != "host"
+    assert hc["RestartPolicy"]["Name"] == "unless-stopped"
+    env = _env(c)
+    assert env["NEURON_RT_VISIBLE_CORES"] == "0-1" and env["NEURON_RT_LOG_LEVEL"] == "ERROR"
+    mounts = {m["Destination"]: m for m in c["Mounts"]}
+    assert mounts["/models"]["RW"] is False and mounts["/mylib/udev"]["RW"] is False
+    args = c["Args"]
+    assert "--model-control-mode=explicit" in args and "--model-repository=/models" in args
+    assert any(a.startswith("--http-restricted-api=model-repository:") for a in args)
+    assert any(a.startswith("--grpc-restricted-protocol=model-repository:") for a in args)
+
+
+def test_inference_over_http_and_grpc(served):
+    _check_add_sub(host_ip("scratch"), 8000, 8001)
+
+
+def test_second_run_changes_nothing_and_keeps_the_container(served):
+    _, second, before = served
+    assert second.returncode == 0, second.output[-4000:]
+    assert second.totals["changed"] == 0, second.output[-4000:]
+    (after,) = _containers("scratch")
+    assert after["Id"] == before["Id"]
+    assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
+
+
+def test_model_repository_api_needs_the_secret_header(served):
+    client = httpclient.InferenceServerClient(f"{host_ip('scratch')}:8000")
+    with pytest.raises(Exception, match="403|restricted"):
+        client.load_model("add_sub")
+    secret = fleet.load_state()["repository_secret"]
+    client.load_model("add_sub", headers={"X-Tritonfleet-Repository-Key": secret})
+    assert client.is_model_ready("add_sub")
+
+
+def test_status_table_shows_the_server(served, capsys):
+    from tritonfleet.status import fleet_status
+
+    rows = [r for r in fleet_status("inventories/sandbox.py") if r["host"] == "scratch"]
+    assert len(rows) == 1 and "error" not in rows[0]
+    row = rows[0]
+    assert row["devices"] == "neuron0" and row["cores"] == "0-1" and row["state"] == "running"
+    assert row["ready_models"] == "add_sub" and row["endpoint"] == f"http://{host_ip('scratch')}:8000"
+
+
+def test_three_servers_split_inf2_48xlarge(sandbox, tmp_path):
+    inv = write_inventory(tmp_path, ["inf2big"], extra={"triton_servers": [{}, {}, {}]})
+    run = pyinfra(inv, "deploys/serve.py")
+    assert run.returncode == 0, run.output[-5000:]
+    by_name = {c["Name"].lstrip("/"): c for c in _containers("inf2big")}
+    assert sorted(by_name) == ["triton-0", "triton-1", "triton-2"]
+    expected = {"triton-0": (range(0, 4), "0-7", 8000), "triton-1": (range(4, 8), "8-15", 8010),
+                "triton-2": (range(8, 12), "16-23", 8020)}
+    for name, (devs, cores, port) in expected.items():
+        c = by_name[name]
+        assert [d["PathOnHost"] for d in c["HostConfig"]["Devices"]] == [f"/dev/neuron{i}" for i in devs]
+        assert _env(c)["NEURON_RT_VISIBLE_CORES"] == cores
+        _check_add_sub(host_ip("inf2big"), port, port + 1)
+
+
+def test_compatibility_gate_refuses_an_old_host_driver(sandbox, tmp_path):
+    # The data claims an image runtime that the old driver could run; the image's own label
+    # (runtime-lib 2.34.10.0 needs driver >= 2.30.2.0) is what the gate believes.
+    inv = write_inventory(tmp_path, ["inf2"], extra={"neuron_dkms_version": "2.26.10.0*",
+                                                      "triton_neuron_runtime_version": "2.30.50.0"})
+    run = pyinfra(inv, "deploys/serve.py")
+    assert run.returncode != 0
+    assert "needs host driver" in run.output and "upgrade the host driver" in run.output
+    assert _containers("inf2") == []
+    assert ssh("inf2", "dpkg-query -W -f='${Version}' aws-neuronx-dkms").stdout == "2.26.10.0"
