@@ -12,18 +12,21 @@ from tritonfleet.config import HostConfig
 from tritonfleet.templating import template_path
 
 DEFAULTS = {
-    # Engine package on apt hosts (Debian/Ubuntu archive) and on dnf hosts (Amazon Linux 2023).
+    # Engine package on apt hosts (Debian/Ubuntu archive).
     "docker_package_apt": "docker.io",
+    # Engine package on dnf hosts (Amazon Linux 2023).
     "docker_package_dnf": "docker",
     # Optional data-root (e.g. an instance-store or EBS mount); None keeps /var/lib/docker.
     "docker_data_root": None,
-    # json-file log rotation per container.
+    # json-file log rotation: size of one log file.
     "docker_log_max_size": "100m",
+    # json-file log rotation: files kept per container.
     "docker_log_max_file": 5,
     # Keep containers running while dockerd restarts (config changes, upgrades).
     "docker_live_restore": True,
-    # default-ulimits for every container: Neuron needs unlimited locked memory and a 64 MiB stack.
+    # default-ulimits memlock for every container (-1 = unlimited; Neuron needs it).
     "docker_ulimit_memlock": -1,
+    # default-ulimits stack for every container (64 MiB).
     "docker_ulimit_stack": 67108864,
 }
 

@@ -21,19 +21,23 @@ DEFAULTS = {
     "neuron_sdk_release": compat.DEFAULT_SDK_RELEASE,
     # SDK release -> {package: version}; versions are pinned as "<version>*".
     "neuron_releases": compat.NEURON_RELEASES,
-    # apt repository (suite defaults to the OS codename: jammy, noble, bookworm).
+    # Neuron apt repository URL.
     "neuron_apt_url": "https://apt.repos.neuron.amazonaws.com",
+    # apt suite; None = the OS codename (jammy, noble, bookworm).
     "neuron_apt_suite": None,
     # dnf repository (Amazon Linux 2023).
     "neuron_yum_url": "https://yum.repos.neuron.amazonaws.com",
-    # Repository key URL (default: <repo>/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB) and its expected
-    # fingerprint (required on Neuron hosts; a mismatch fails before anything is installed).
+    # Repository key URL; None = <repo>/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB.
     "neuron_key_url": None,
+    # Expected key fingerprint (required on Neuron hosts; a mismatch fails before anything is installed).
     "neuron_key_fingerprint": None,
-    # Host packages besides aws-neuronx-dkms. Runtime and collectives belong in the Triton image.
+    # aws-neuronx-tools on the host (neuron-ls, neuron-top, neuron-monitor).
     "neuron_install_tools": True,
+    # aws-neuronx-runtime-lib on the host (off: the runtime belongs in the Triton image).
     "neuron_install_runtime": False,
+    # aws-neuronx-collectives on the host (off: it belongs in the image).
     "neuron_install_collectives": False,
+    # aws-neuronx-oci-hook (only for AWS_NEURON_VISIBLE_DEVICES-style containers).
     "neuron_install_oci_hook": False,
     # inf1 stays on the last driver line that supports it.
     "neuron_inf1_dkms_pin": compat.INF1_DKMS_PIN,
@@ -43,11 +47,15 @@ DEFAULTS = {
     "neuron_remove_legacy": True,
     # Install headers for the running kernel so DKMS can build the driver.
     "neuron_kernel_headers": True,
-    # EFA: "auto" installs it on instance types that have EFA (trn1.32xlarge, trn1n, trn2).
+    # EFA: "auto" on instance types that have it (trn1.32xlarge, trn1n, trn2), "always" or "never".
     "efa_install": "auto",
+    # EFA installer tarball.
     "efa_installer_url": "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz",
+    # Its detached signature; None = <installer_url>.sig.
     "efa_signature_url": None,
+    # The key the signature is checked with.
     "efa_key_url": "https://efa-installer.amazonaws.com/aws-efa-installer.key",
+    # Expected fingerprint of that key (required where EFA is installed).
     "efa_key_fingerprint": None,
 }
 

@@ -13,14 +13,18 @@ from roles.preflight import config_for
 from tritonfleet.templating import template_path
 
 DEFAULTS = {
-    # Driver branch and the package that provides it ({branch} is substituted).
+    # NVIDIA driver branch.
     "nvidia_driver_branch": "550",
+    # Driver package on apt hosts ({branch} is substituted).
     "nvidia_driver_package_apt": "nvidia-driver-{branch}-server",
+    # Driver package on dnf hosts ({branch} is substituted).
     "nvidia_driver_package_dnf": "nvidia-driver-{branch}",
-    # nvidia-container-toolkit repositories (flat apt repo, rpm repo) and key.
+    # nvidia-container-toolkit flat apt repository.
     "nvidia_toolkit_apt_url": "https://nvidia.github.io/libnvidia-container/stable/deb/amd64",
+    # nvidia-container-toolkit rpm repository.
     "nvidia_toolkit_yum_url": "https://nvidia.github.io/libnvidia-container/stable/rpm/x86_64",
-    "nvidia_key_url": None,  # default https://nvidia.github.io/libnvidia-container/gpgkey
+    # Repository key URL; None = https://nvidia.github.io/libnvidia-container/gpgkey.
+    "nvidia_key_url": None,
     # Expected key fingerprint (required on GPU hosts).
     "nvidia_key_fingerprint": None,
     # Optional nvidia-container-toolkit version pattern, e.g. "1.17.*".

@@ -33,12 +33,13 @@ DEFAULTS = {
     "triton_image_source": "build",
     # NGC Triton image the Neuron image is built from (24.10 = Triton 2.51).
     "triton_base_image": "nvcr.io/nvidia/tritonserver:24.10-py3",
-    # `docker save` tarball on the host (source "archive"), or on the controller to upload first.
+    # `docker save` tarball on the host (source "archive").
     "triton_image_archive": None,
+    # ... or on the controller, uploaded to the host first.
     "triton_image_archive_src": None,
-    # pip packages baked into the image; None = per family (inf1: torch-neuron + neuron-cc,
-    # inf2/trn: torch-neuronx + neuronx-cc).
+    # pip packages baked into the image; None = per family (inf1: torch-neuron + neuron-cc, inf2/trn: torch-neuronx + neuronx-cc).
     "triton_neuron_frameworks": None,
+    # Neuron pip index used by the image build.
     "triton_neuron_pip_index": "https://pip.repos.neuron.amazonaws.com",
     # Servers on this host (see README "Serving"); [] = one server with every device.
     "triton_servers": [],
@@ -48,9 +49,11 @@ DEFAULTS = {
     "triton_bind_address": "0.0.0.0",
     # Models to load (explicit mode); [] = every model in the repository.
     "triton_models": [],
+    # tritonserver --model-control-mode.
     "triton_model_control_mode": "explicit",
-    # The model-repository API (load/unload/index) needs this header with the per-fleet secret.
+    # Header the model-repository API (load/unload/index) requires.
     "triton_repository_header": "X-Tritonfleet-Repository-Key",
+    # Per-fleet secret value of that header (required; keep it out of git).
     "triton_repository_secret": None,
     # python backend shm-default-byte-size.
     "triton_python_shm_default_byte_size": 16777216,
@@ -62,11 +65,13 @@ DEFAULTS = {
     "triton_neuron_rt_log_level": "ERROR",
     # aws-neuronx-runtime-lib in the image when the image does not label it (None: from the release).
     "triton_neuron_runtime_version": None,
+    # Docker restart policy of the containers (Docker owns their lifecycle; see "Serving").
     "triton_restart_policy": "unless-stopped",
     # Host networking (off: ports are published per server).
     "triton_host_network": False,
     # Mount /lib/udev read-only at /mylib/udev, where the Neuron Triton scripts expect it.
     "triton_udev_mount": True,
+    # Metrics endpoint (port 8002 of each server).
     "triton_metrics": True,
 }
 
@@ -96,9 +101,18 @@ def dockerfile(cfg: HostConfig) -> str:
     )
 
 
+def image_source(cfg: HostConfig) -> str:
+    """GPU hosts have nothing to build: "build" means pulling the NGC base image there."""
+    if cfg.triton.image_source == "build" and not cfg.is_neuron:
+        return "pull"
+    return cfg.triton.image_source
+
+
 def image_ref(cfg: HostConfig) -> str:
     if cfg.triton.image:
         return cfg.triton.image
+    if not cfg.is_neuron:
+        return cfg.triton.base_image
     digest = hashlib.sha256(dockerfile(cfg).encode()).hexdigest()[:16]
     return f"tritonfleet/tritonserver-neuron:{digest}"
 
@@ -171,14 +185,15 @@ def docker_run_line(cfg: HostConfig, p: Placement) -> str:
 
 def _image(cfg: HostConfig, image: str) -> None:
     t = cfg.triton
-    if t.image_source == "build":
+    source = image_source(cfg)
+    if source == "build":
         build_dir = posixpath.join(STATE_DIR, "build", image.rsplit(":", 1)[-1])
         files.put(name="Neuron Triton Dockerfile", src=StringIO(dockerfile(cfg)),
                   dest=f"{build_dir}/Dockerfile", mode="644")
         operations.docker_image(name=f"Triton image {image} (build)", image=image, source="build",
                                 build_dir=build_dir, context_files={"neuron-archive-keyring.gpg":
                                                                     "/etc/apt/keyrings/neuron.gpg"})
-    elif t.image_source == "archive":
+    elif source == "archive":
         archive = t.image_archive
         if t.image_archive_src:
             archive = archive or posixpath.join(STATE_DIR, "images", os.path.basename(t.image_archive_src))

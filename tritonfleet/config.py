@@ -306,6 +306,9 @@ class HostConfig(BaseModel):
         return pins
 
     def efa_wanted(self) -> bool:
+        """EFA is installed by the Neuron role (trn multi-node); GPU hosts are out of its scope."""
+        if not self.is_neuron:
+            return False
         return self.efa.install == "always" or (self.efa.install == "auto" and self.instance.efa)
 
     def container_runtime_version(self) -> str | None:

@@ -442,8 +442,9 @@ def _enter_cgroup(name: str) -> Callable[[], None]:
     return enter
 
 
-def find_cgroups(prefix: str = CGROUP_PREFIX) -> list[Path]:
-    """Every cgroup directory named ``<prefix>*`` in any hierarchy (ours, current or stale)."""
+def find_cgroups(prefix: str = CGROUP_PREFIX, *, exact: bool = False) -> list[Path]:
+    """Every cgroup directory named ``<prefix>*`` (or exactly ``prefix``) in any hierarchy (ours,
+    current or stale)."""
     found = []
     root = Path("/sys/fs/cgroup")
     for hier in root.iterdir():
@@ -452,7 +453,7 @@ def find_cgroups(prefix: str = CGROUP_PREFIX) -> list[Path]:
         for dirpath, dirnames, _ in os.walk(hier):
             depth = Path(dirpath).relative_to(hier).parts
             for d in list(dirnames):
-                if d.startswith(prefix):
+                if d == prefix if exact else d.startswith(prefix):
                     found.append(Path(dirpath) / d)
                     dirnames.remove(d)  # do not descend into our own tree
             if len(depth) >= 3:
@@ -640,12 +641,12 @@ def stop_host(h: HostState, timeout: float = 20) -> None:
         if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
     # Whatever is left in the host's cgroups (e.g. after a crash) goes too.
-    for cg in find_cgroups(h.cgroup):
+    for cg in find_cgroups(h.cgroup, exact=True):
         _kill_pids(_cgroup_pids(cg))
     _umount_under(h.dir)
     run(["ip", "netns", "del", h.netns], check=False)
     run(["ip", "link", "del", h.veth], check=False)
-    for cg in find_cgroups(h.cgroup):
+    for cg in find_cgroups(h.cgroup, exact=True):
         _remove_cgroup_tree(cg)
 
 
@@ -794,74 +795,74 @@ def up(specs: list[HostSpec]) -> dict:
 
 
 def _up(specs: list[HostSpec]) -> dict:
-    if True:
-        t0 = time.monotonic()
-        state = load_state()
-        live = {h.name: h for h in hosts_from_state(state) if _alive(h)}
-        if len(live) != len(state.get("hosts", {})) or not Path(f"/sys/class/net/{BRIDGE}").exists():
-            stale = cleanup_all()
-            if stale:
-                log(f"cleaned {len(stale)} stale leftovers of an earlier sandbox")
-            state, live = {"hosts": {}, "services": {}}, {}
-        elif not state.get("hosts"):
-            stale = cleanup_all()
-            if stale:
-                log(f"cleaned {len(stale)} stale leftovers of an earlier sandbox")
-            state = {"hosts": {}, "services": {}}
-        check_subnet_free()
-        base = ensure_base()
-        ensure_client_key()
-        supplies = ensure_supplies(base)
-        ensure_bridge()
-        ensure_services(state)
-        wanted = {s.name: s for s in specs}
-        # Hosts no longer wanted, or wanted differently, go.
-        for name, h in list(live.items()):
-            if name not in wanted or h.spec != wanted[name].key():
-                log(f"removing host {name}")
-                stop_host(h)
-                shutil.rmtree(h.dir, ignore_errors=True)
-                del live[name]
-                state["hosts"].pop(name, None)
-        used = {h.ip for h in live.values()}
-        new: list[tuple[HostState, HostSpec]] = []
-        octet = FIRST_HOST_OCTET
-        for spec in specs:
-            if spec.name in live:
-                continue
-            while f"{SUBNET_PREFIX}{octet}" in used:
-                octet += 1
-            ip = f"{SUBNET_PREFIX}{octet}"
-            used.add(ip)
-            iid = "i-0" + hashlib.sha256(f"{spec.name}/{ip}".encode()).hexdigest()[:16]
-            h = HostState(name=spec.name, ip=ip, instance_type=spec.instance_type, instance_id=iid, spec=spec.key())
+    t0 = time.monotonic()
+    state = load_state()
+    live = {h.name: h for h in hosts_from_state(state) if _alive(h)}
+    if not live or not Path(f"/sys/class/net/{BRIDGE}").exists():
+        # Nothing of ours is running: whatever exists is stale (e.g. a killed session). Start clean.
+        stale = cleanup_all()
+        if stale:
+            log(f"cleaned {len(stale)} stale leftovers of an earlier sandbox")
+        state, live = {"hosts": {}, "services": {}}, {}
+    for name in set(state.get("hosts", {})) - set(live):
+        dead = HostState(**state["hosts"].pop(name))
+        log(f"host {name} is not running; recreating it")
+        stop_host(dead)
+        shutil.rmtree(dead.dir, ignore_errors=True)
+    check_subnet_free()
+    base = ensure_base()
+    ensure_client_key()
+    supplies = ensure_supplies(base)
+    ensure_bridge()
+    ensure_services(state)
+    wanted = {s.name: s for s in specs}
+    # Hosts no longer wanted, or wanted differently, go.
+    for name, h in list(live.items()):
+        if name not in wanted or h.spec != wanted[name].key():
+            log(f"removing host {name}")
+            stop_host(h)
             shutil.rmtree(h.dir, ignore_errors=True)
-            log(f"starting host {h.name} ({spec.instance_type}) at {ip}")
-            try:
-                create_host(h, spec, base, supplies)
-            except Exception:
-                stop_host(h)
-                raise
-            state["hosts"][h.name] = dataclasses.asdict(h)
-            save_state(state)
-            new.append((h, spec))
-        hosts = hosts_from_state(state)
-        write_known_hosts(hosts)
-        imds_hosts_file().write_text(json.dumps({
-            h.ip: {"instance_type": h.instance_type, "instance_id": h.instance_id,
-                   "availability_zone": "us-east-1a", "hostname": h.name, "local_ipv4": h.ip}
-            for h in hosts}, indent=2))
-        for h, spec in new:
-            wait_host(h)
-            preinstall(h, spec.preinstall)
-        state.setdefault("repository_secret", secrets.token_urlsafe(24))
-        state["supplies"] = {
-            "image_archive": str(supplies["image_archive"]),
-            "repos": {k: _repo_dict(v) for k, v in supplies["repos"].items()},
-        }
+            del live[name]
+            state["hosts"].pop(name, None)
+    used = {h.ip for h in live.values()}
+    new: list[tuple[HostState, HostSpec]] = []
+    octet = FIRST_HOST_OCTET
+    for spec in specs:
+        if spec.name in live:
+            continue
+        while f"{SUBNET_PREFIX}{octet}" in used:
+            octet += 1
+        ip = f"{SUBNET_PREFIX}{octet}"
+        used.add(ip)
+        iid = "i-0" + hashlib.sha256(f"{spec.name}/{ip}".encode()).hexdigest()[:16]
+        h = HostState(name=spec.name, ip=ip, instance_type=spec.instance_type, instance_id=iid, spec=spec.key())
+        shutil.rmtree(h.dir, ignore_errors=True)
+        log(f"starting host {h.name} ({spec.instance_type}) at {ip}")
+        try:
+            create_host(h, spec, base, supplies)
+        except Exception:
+            stop_host(h)
+            raise
+        state["hosts"][h.name] = dataclasses.asdict(h)
         save_state(state)
-        log(f"fleet up: {len(hosts)} host(s) in {time.monotonic() - t0:.1f}s")
-        return state
+        new.append((h, spec))
+    hosts = hosts_from_state(state)
+    write_known_hosts(hosts)
+    imds_hosts_file().write_text(json.dumps({
+        h.ip: {"instance_type": h.instance_type, "instance_id": h.instance_id,
+               "availability_zone": "us-east-1a", "hostname": h.name, "local_ipv4": h.ip}
+        for h in hosts}, indent=2))
+    for h, spec in new:
+        wait_host(h)
+        preinstall(h, spec.preinstall)
+    state.setdefault("repository_secret", secrets.token_urlsafe(24))
+    state["supplies"] = {
+        "image_archive": str(supplies["image_archive"]),
+        "repos": {k: _repo_dict(v) for k, v in supplies["repos"].items()},
+    }
+    save_state(state)
+    log(f"fleet up: {len(hosts)} host(s) in {time.monotonic() - t0:.1f}s")
+    return state
 
 
 def _repo_dict(info) -> dict:
