@@ -22,9 +22,6 @@ FLEET = [
 ]
 
 
-BASELINE: dict = {}
-
-
 def machine_baseline() -> dict:
     """Machine state the sandbox must leave as it found it (forwarding, firewall, routes)."""
 
@@ -46,11 +43,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def sandbox():
+def baseline():
+    """The machine's state before the sandbox came up (compared after `down`)."""
+    return machine_baseline()
+
+
+@pytest.fixture(scope="session")
+def sandbox(baseline):
     """The running sandbox fleet (brought up once; `test_zz_teardown` takes it down at the end)."""
     if os.geteuid() != 0:
         pytest.skip("e2e tests need root (network namespaces, systemd-nspawn)")
-    BASELINE.update(machine_baseline())
     fleet.up(FLEET)
     return {h.name: h for h in fleet.hosts_from_state(fleet.load_state())}
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import pprint
 import os
+import pprint
 import re
 import subprocess
 import sys

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.e2e.helpers import ROOT, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import pyinfra, ssh, write_inventory
 from tritonfleet import catalog
 from tritonfleet.sandbox import fleet
 
