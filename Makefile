@@ -54,7 +54,6 @@ test-unit: setup ## Run only the tests that need no sandbox
 
 lint: setup ## ruff over the whole tree
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check . || true
 
 sandbox-up: setup ## Bring up the sandbox fleet (HOSTS, TYPES)
 	$(TF) sandbox up --hosts $(HOSTS) --instance-type $(TYPES)
