@@ -13,7 +13,7 @@ INVENTORY ?= inventories/sandbox.py
 PYTEST_ARGS ?=
 ARGS      ?=
 # Debian packages the sandbox fleet needs on the controller.
-APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl
+APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
 .PHONY: help setup demo test test-unit lint sandbox-up sandbox-down sandbox-status status gen-model bench clean
 

@@ -94,18 +94,6 @@ class NeuronState(FactBase[dict]):
         }
 
 
-class PathExists(FactBase[bool]):
-    @staticmethod
-    def default() -> bool:
-        return False
-
-    def command(self, path: str) -> str:
-        return f"test -e {quote(path)} && echo yes || true"
-
-    def process(self, output: list[str]) -> bool:
-        return output[0].strip() == "yes"
-
-
 class DockerImageInfo(FactBase[dict]):
     """``docker image inspect`` of one image: ``{"id": ..., "labels": {...}}`` or {} when absent."""
 
@@ -157,18 +145,6 @@ class TritonContainers(FactBase[dict]):
                 "labels": labels,
             }
         return out
-
-
-class ServiceActive(FactBase[bool]):
-    @staticmethod
-    def default() -> bool:
-        return False
-
-    def command(self, unit: str) -> str:
-        return f"systemctl is-active {quote(unit)} 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> bool:
-        return output[0].strip() == "active"
 
 
 class ImdsInstanceType(FactBase[str]):

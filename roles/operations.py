@@ -164,7 +164,7 @@ def efa_installer(installer_url: str, signature_url: str, key_url: str, fingerpr
     + key_url: the signing key URL
     + fingerprint: expected key fingerprint
     """
-    if host.get_fact(facts.PathExists, path="/opt/amazon/efa"):
+    if host.get_fact(facts.CommandSucceeds, command="test -d /opt/amazon/efa"):
         host.noop("EFA is installed (/opt/amazon/efa)")
         return
     q = shlex.quote
