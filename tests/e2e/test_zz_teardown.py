@@ -68,3 +68,20 @@ def test_non_root_is_a_clear_error(monkeypatch):
         fleet.up([fleet.HostSpec("inf2.xlarge")])
     with pytest.raises(fleet.SandboxError, match="needs root"):
         fleet.down()
+
+
+def test_port_clash_is_a_clear_error_and_builds_nothing(sandbox):
+    import socket
+
+    blocker = socket.socket()
+    try:
+        blocker.bind(("0.0.0.0", fleet.REPO_PORT))
+    except OSError:
+        pytest.skip(f"port {fleet.REPO_PORT} is already taken on this machine")
+    blocker.listen()
+    try:
+        with pytest.raises(fleet.SandboxError, match=rf"port 192.168.250.1:{fleet.REPO_PORT} is in use"):
+            fleet.up([fleet.HostSpec("inf2.xlarge")])
+        assert fleet.leftovers() == []
+    finally:
+        blocker.close()
