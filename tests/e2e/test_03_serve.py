@@ -108,3 +108,26 @@ def test_compatibility_gate_refuses_an_old_host_driver(sandbox, tmp_path):
     assert "needs host driver" in run.output and "upgrade the host driver" in run.output
     assert _containers("inf2") == []
     assert ssh("inf2", "dpkg-query -W -f='${Version}' aws-neuronx-dkms").stdout == "2.26.10.0"
+
+
+def test_changed_spec_recreates_the_container_and_keeps_the_previous_spec(served, tmp_path):
+    _, _, before = served
+    inv = write_inventory(tmp_path, ["scratch"], extra={"triton_shm_size": "2g"})
+    run = pyinfra(inv, "deploys/serve.py")
+    assert run.returncode == 0, run.output[-4000:]
+    (after,) = _containers("scratch")
+    assert after["Id"] != before["Id"] and after["HostConfig"]["ShmSize"] == 2 * 1024**3
+    record = json.loads(ssh("scratch", "cat /var/lib/tritonfleet/servers/triton.json").stdout)
+    assert record["spec"] == after["Config"]["Labels"]["com.tritonfleet.spec"]
+    assert record["previous"]["spec"] == before["Config"]["Labels"]["com.tritonfleet.spec"]
+    assert "2g" not in record["previous"]["run_args"]
+    _check_add_sub(host_ip("scratch"), 8000, 8001)
+
+
+def test_health_gate_failure_shows_reason_and_logs(served, tmp_path):
+    inv = write_inventory(tmp_path, ["scratch"], extra={"triton_models": ["no_such_model"],
+                                                        "triton_health_timeout": 60})
+    run = pyinfra(inv, "deploys/serve.py")
+    assert run.returncode != 0
+    assert "Triton server triton:" in run.output
+    assert "no_such_model" in run.output  # from the container's own log lines
