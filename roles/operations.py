@@ -286,7 +286,7 @@ def triton_container(container: str, image: str, spec_hash: str, run_args: list[
 
 
 @operation()
-def triton_ready(container: str, url: str, models: list[str], timeout: int, always: bool = False):
+def triton_ready(container: str, url: str, models: list[str], timeout: int):
     """
     Health gate: wait for ``/v2/health/ready`` and every model's ready state on the host.
 
@@ -305,7 +305,7 @@ def triton_ready(container: str, url: str, models: list[str], timeout: int, alwa
     q = shlex.quote
     probe = " && ".join(f"curl -fsS -m 2 -o /dev/null {q(c)}" for c in checks)
     ready_now = host.get_fact(facts.CommandSucceeds, command=probe)
-    if ready_now and not always:
+    if ready_now:
         host.noop(f"{name} is ready ({len(models)} models)")
         return
     yield StringCommand(

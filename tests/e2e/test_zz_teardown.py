@@ -73,7 +73,9 @@ def test_non_root_is_a_clear_error(monkeypatch):
 def test_port_clash_is_a_clear_error_and_builds_nothing(sandbox):
     import socket
 
+    assert fleet.down() == []
     blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of the stopped repo server
     try:
         blocker.bind(("0.0.0.0", fleet.REPO_PORT))
     except OSError:
