@@ -7,7 +7,7 @@ import json
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import ROOT, host_ip, pyinfra, ssh, write_inventory
 from tests.e2e.test_01_sandbox import _check_add_sub
 from tritonfleet.sandbox import fleet
 
@@ -76,7 +76,7 @@ def test_model_repository_api_needs_the_secret_header(served):
 def test_status_table_shows_the_server(served, capsys):
     from tritonfleet.status import fleet_status
 
-    rows = [r for r in fleet_status("inventories/sandbox.py") if r["host"] == "scratch"]
+    rows = [r for r in fleet_status(ROOT / "inventories/sandbox.py") if r["host"] == "scratch"]
     assert len(rows) == 1 and "error" not in rows[0]
     row = rows[0]
     assert row["devices"] == "neuron0" and row["cores"] == "0-1" and row["state"] == "running"

@@ -1,0 +1,36 @@
+"""The documented example inventories are valid: every host passes preflight validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roles.preflight import role_defaults
+from tritonfleet.config import load_host_config
+from tritonfleet.status import load_inventory
+
+INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
+
+FPR = "C" * 40
+
+
+@pytest.mark.parametrize("name", ["inf1", "inf2", "trn1", "gpu"])
+def test_example_inventory_hosts_validate(name, monkeypatch):
+    for var in ("NEURON_KEY_FINGERPRINT", "EFA_KEY_FINGERPRINT", "NVIDIA_KEY_FINGERPRINT"):
+        monkeypatch.setenv(var, FPR)
+    monkeypatch.setenv("TRITONFLEET_REPOSITORY_SECRET", "fleet-secret-0123456789")
+    hosts = load_inventory(INVENTORIES / f"{name}.py")
+    assert hosts
+    for host, data in hosts:
+        cfg = load_host_config(host, data, role_defaults())
+        assert cfg.instance.name == data["instance_type"]
+        assert cfg.placements
+
+
+def test_example_inventory_without_fingerprint_fails_preflight(monkeypatch):
+    monkeypatch.delenv("NEURON_KEY_FINGERPRINT", raising=False)
+    monkeypatch.setenv("TRITONFLEET_REPOSITORY_SECRET", "fleet-secret-0123456789")
+    (host, data), *_ = load_inventory(INVENTORIES / "inf2.py")
+    with pytest.raises(ValueError, match="neuron_key_fingerprint"):
+        load_host_config(host, data, role_defaults())
