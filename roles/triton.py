@@ -14,13 +14,15 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files
+from pyinfra.operations import apt, dnf, files
 
 from roles import operations
+from roles.facts import PackageFamily
 from roles.preflight import config_for
 from tritonfleet.config import HostConfig
 from tritonfleet.placement import Placement
@@ -31,6 +33,9 @@ DEFAULTS = {
     "triton_image": None,
     # "build" (on the host, from triton_base_image), "pull" (registry/ECR) or "archive" (docker load).
     "triton_image_source": "build",
+    # Pulls from ECR (<account>.dkr.ecr.<region>.amazonaws.com/...) authenticate with the instance
+    # profile through amazon-ecr-credential-helper (root's docker config.json is managed then).
+    "triton_ecr_credential_helper": True,
     # NGC Triton image the Neuron image is built from (24.10 = Triton 2.51).
     "triton_base_image": "nvcr.io/nvidia/tritonserver:24.10-py3",
     # `docker save` tarball on the host (source "archive").
@@ -76,6 +81,7 @@ DEFAULTS = {
 }
 
 STATE_DIR = "/var/lib/tritonfleet"
+ECR_REGISTRY = re.compile(r"^(\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?)/")
 CONTAINER_PORTS = {"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002}
 
 
@@ -201,7 +207,21 @@ def _image(cfg: HostConfig, image: str) -> None:
         operations.docker_image(name=f"Triton image {image} (docker load)", image=image, source="archive",
                                 archive=archive)
     else:
+        ecr = ECR_REGISTRY.match(image)
+        if ecr and t.ecr_credential_helper:
+            _ecr_login(ecr.group(1))
         operations.docker_image(name=f"Triton image {image} (pull)", image=image, source="pull")
+
+
+def _ecr_login(registry: str) -> None:
+    """ECR pulls with the instance profile: no AWS keys on the host, no expiring `docker login`."""
+    if host.get_fact(PackageFamily) == "apt":
+        apt.packages(name="amazon-ecr-credential-helper", packages=["amazon-ecr-credential-helper"],
+                     no_recommends=True)
+    else:
+        dnf.packages(name="amazon-ecr-credential-helper", packages=["amazon-ecr-credential-helper"])
+    files.put(name=f"Docker credential helper for {registry}", dest="/root/.docker/config.json", mode="600",
+              src=StringIO(json.dumps({"credHelpers": {registry: "ecr-login"}}, indent=2) + "\n"))
 
 
 @deploy("Triton", data_defaults=DEFAULTS)

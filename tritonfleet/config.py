@@ -182,6 +182,7 @@ class NvidiaSettings(_Section):
 class TritonSettings(_Section):
     image: str | None
     image_source: Literal["build", "pull", "archive"]
+    ecr_credential_helper: bool
     base_image: str
     image_archive: str | None
     image_archive_src: str | None

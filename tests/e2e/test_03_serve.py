@@ -131,3 +131,15 @@ def test_health_gate_failure_shows_reason_and_logs(served, tmp_path):
     assert run.returncode != 0
     assert "Triton server triton:" in run.output
     assert "no_such_model" in run.output  # from the container's own log lines
+
+
+def test_ecr_image_is_pulled_through_the_instance_profile_helper(sandbox, tmp_path):
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/triton-neuron:2.51"
+    inv = write_inventory(tmp_path, ["inf2"], extra={"triton_image_source": "pull", "triton_image": image})
+    run = pyinfra(inv, "deploys/serve.py")
+    # The sandbox has no route to ECR: the pull fails, but it went through the credential helper.
+    assert run.returncode != 0 and image in run.output
+    assert ssh("inf2", "dpkg-query -W -f='${Status}' amazon-ecr-credential-helper").stdout.startswith("install ok")
+    config = json.loads(ssh("inf2", "cat /root/.docker/config.json").stdout)
+    assert config == {"credHelpers": {"123456789012.dkr.ecr.us-east-1.amazonaws.com": "ecr-login"}}
+    assert _containers("inf2") == []

@@ -58,3 +58,17 @@ def test_build_path_uploads_dockerfile_and_builds_only_missing_image(monkeypatch
     assert any("cp /etc/apt/keyrings/neuron.gpg" in c for c in rec.commands)
     runs = [c for c in rec.commands if c.startswith("docker run") or " docker run " in c]
     assert len(runs) == 1 and "--device /dev/neuron0" in runs[0]
+
+
+def test_ecr_pull_uses_the_credential_helper(monkeypatch):
+    image = "123456789012.dkr.ecr.us-west-2.amazonaws.com/triton-neuron:2.51"
+    data = {**BASE, "instance_type": "inf2.xlarge", "triton_image_source": "pull", "triton_image": image}
+    rec = run_role(triton, data, "ubuntu2404", monkeypatch)
+    assert any("amazon-ecr-credential-helper" in c and "install" in c for c in rec.commands)
+    config = rec.uploads["/root/.docker/config.json"]
+    assert '"123456789012.dkr.ecr.us-west-2.amazonaws.com": "ecr-login"' in config
+    assert any(c.startswith("docker pull") and image in c for c in rec.commands)
+    # other registries: no helper, no config
+    rec = run_role(triton, {**data, "triton_image": "nvcr.io/nvidia/tritonserver:24.10-py3"}, "ubuntu2404",
+                   monkeypatch)
+    assert "/root/.docker/config.json" not in rec.uploads

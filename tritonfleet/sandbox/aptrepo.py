@@ -37,7 +37,7 @@ from tritonfleet.sandbox import standins
 
 RECIPE_VERSION = "1"
 DEFAULT_BASE_URL = "http://192.168.250.1:8080"
-DEBIAN_PACKAGES: tuple[str, ...] = ("docker.io",)
+DEBIAN_PACKAGES: tuple[str, ...] = ("docker.io", "amazon-ecr-credential-helper")
 DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 STAMP_NAME = ".tritonfleet-stamp"
 ARCH = "amd64"
