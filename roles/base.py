@@ -13,8 +13,8 @@ from tritonfleet.templating import template_path
 DEFAULTS = {
     # Packages the roles rely on (keys, downloads) on apt hosts.
     "base_packages_apt": ["ca-certificates", "curl", "gnupg"],
-    # The same on dnf hosts (AL2023 ships curl-minimal, which provides curl).
-    "base_packages_dnf": ["ca-certificates", "gnupg2"],
+    # The same on dnf hosts (AL2023 ships curl-minimal and gnupg2-minimal, which provide curl and gpg).
+    "base_packages_dnf": ["ca-certificates"],
     # /etc/security/limits.d memlock for all users ("unlimited" or KiB).
     "base_memlock_limit": "unlimited",
 }

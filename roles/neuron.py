@@ -85,7 +85,7 @@ def _apt(cfg: HostConfig, kernel: str, codename: str) -> None:
 def _dnf(cfg: HostConfig, kernel: str) -> None:
     key = "/etc/pki/rpm-gpg/RPM-GPG-KEY-AMAZON-AWS-NEURON"
     operations.keyring(name="Neuron repository key (fingerprint checked)", src=cfg.neuron.effective_key_url(),
-                       dest=key, fingerprint=cfg.neuron.key_fingerprint)
+                       dest=key, fingerprint=cfg.neuron.key_fingerprint, armored=True)
     files.template(name="Neuron dnf repository", src=str(template_path("neuron/neuron.repo.j2")),
                    dest="/etc/yum.repos.d/neuron.repo", mode="644", url=cfg.neuron.yum_url, key_path=key)
     if cfg.neuron.remove_legacy:

@@ -59,7 +59,8 @@ def nvidia() -> None:
     else:
         key = "/etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"
         operations.keyring(name="nvidia-container-toolkit key (fingerprint checked)",
-                           src=cfg.nvidia.effective_key_url(), dest=key, fingerprint=cfg.nvidia.key_fingerprint)
+                           src=cfg.nvidia.effective_key_url(), dest=key, fingerprint=cfg.nvidia.key_fingerprint,
+                           armored=True)
         files.template(name="nvidia-container-toolkit repository",
                        src=str(template_path("nvidia/nvidia-container-toolkit.repo.j2")),
                        dest="/etc/yum.repos.d/nvidia-container-toolkit.repo", mode="644",

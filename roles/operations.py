@@ -33,13 +33,15 @@ def _executing() -> bool:
 
 
 @operation()
-def keyring(src: str, dest: str, fingerprint: str):
+def keyring(src: str, dest: str, fingerprint: str, armored: bool = False):
     """
-    Install an OpenPGP key for ``signed-by=`` after checking its fingerprint.
+    Install an OpenPGP key for ``signed-by=`` (binary keyring) or rpm (``armored``) after checking
+    its fingerprint.
 
     + src: URL of the (armored or binary) public key
     + dest: keyring path, e.g. /etc/apt/keyrings/neuron.gpg
     + fingerprint: expected 40-hex fingerprint; a mismatch fails before anything is written
+    + armored: keep the key as downloaded (rpm ``gpgkey=file://`` wants ASCII armor)
     """
     fingerprint = fingerprint.replace(" ", "").upper()
     if fingerprint in host.get_fact(facts.KeyringFingerprints, path=dest):
@@ -53,8 +55,10 @@ def keyring(src: str, dest: str, fingerprint: str):
         f"if [ \"$got\" != {q(fingerprint)} ]; then "
         f"echo \"ERROR: key fingerprint mismatch for {src}: expected {fingerprint}, got ${{got:-no key}}; "
         "nothing was installed (check the key source, or the expected fingerprint in host data)\" >&2; exit 1; fi; "
-        f"mkdir -p $(dirname {q(dest)}); gpg --batch --yes --dearmor -o $tmp/keyring < $tmp/key 2>/dev/null "
-        f"|| cp $tmp/key $tmp/keyring; install -m 644 $tmp/keyring {q(dest)}"
+        f"mkdir -p $(dirname {q(dest)}); "
+        + ("cp $tmp/key $tmp/keyring; " if armored else
+           "gpg --batch --yes --dearmor -o $tmp/keyring < $tmp/key 2>/dev/null || cp $tmp/key $tmp/keyring; ")
+        + f"install -m 644 $tmp/keyring {q(dest)}"
     )
     yield StringCommand(script)
 

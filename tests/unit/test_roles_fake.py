@@ -54,6 +54,8 @@ def test_dnf_path_al2023(monkeypatch, itype, pin):
     cmds = _joined(rec)
     assert "dnf install" in cmds and pin in cmds
     assert "kernel-devel-6.1.115-126.197.amzn2023.x86_64" in cmds
+    key_cmd = next(c for c in rec.commands if "GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB" in c)
+    assert "--dearmor" not in key_cmd and "/etc/pki/rpm-gpg/RPM-GPG-KEY-AMAZON-AWS-NEURON" in key_cmd
     repo = rec.uploads["/etc/yum.repos.d/neuron.repo"]
     assert "baseurl=https://yum.repos.neuron.amazonaws.com" in repo and "gpgcheck=1" in repo
     assert "apt-get install" not in cmds and "apt-get update" not in cmds
