@@ -297,9 +297,14 @@ def ensure_supplies(base: Path) -> dict:
     """Signed repos, EFA installer and the Triton image archive (cached; fast when unchanged)."""
     from tritonfleet.sandbox import aptrepo, image
 
+    log("checking signed repositories and the Triton image archive (built once, then cached)")
+    t0 = time.monotonic()
     repos = aptrepo.build_all(repo_root(), CACHE_DIR / "repo-cache", base, os.uname().release)
     images_dir().mkdir(parents=True, exist_ok=True)
     archive = image.build_triton_image(CACHE_DIR / "image-cache", images_dir() / "tritonserver-2.51.0-sandbox.tar")
+    spent = time.monotonic() - t0
+    if spent > 2:  # only worth saying when something was (re)built
+        log(f"signed repositories and the Triton image archive ready in {spent:.0f}s")
     return {"repos": repos, "image_archive": archive}
 
 
