@@ -7,6 +7,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, dnf, files
 
 from roles.facts import PackageFamily
+from roles.operations import apt_update_needed
 from roles.preflight import config_for
 from tritonfleet.templating import template_path
 
@@ -25,8 +26,8 @@ def base() -> None:
     cfg = config_for()
     family = host.get_fact(PackageFamily)
     if family == "apt":
-        apt.packages(name="Baseline packages", packages=cfg.base.packages_apt, update=True, cache_time=3600,
-                     no_recommends=True)
+        apt.packages(name="Baseline packages", packages=cfg.base.packages_apt, no_recommends=True,
+                     update=apt_update_needed(cfg.base.packages_apt), cache_time=3600)
     else:
         dnf.packages(name="Baseline packages", packages=cfg.base.packages_dnf)
     files.template(name="memlock limit", src=str(template_path("base/limits-memlock.conf.j2")),

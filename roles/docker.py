@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, dnf, files, systemd
 
 from roles.facts import PackageFamily
+from roles.operations import apt_update_needed
 from roles.preflight import config_for
 from tritonfleet.config import HostConfig
 from tritonfleet.templating import template_path
@@ -56,8 +58,11 @@ def docker() -> None:
     cfg = config_for()
     family = host.get_fact(PackageFamily)
     if family == "apt":
-        apt.packages(name="Docker engine package", packages=[cfg.docker.package_apt],
-                                 no_recommends=True)
+        if "docker-ce" in host.get_fact(DebPackages):
+            host.noop("docker-ce (Docker's own packages) is installed; the engine is left as it is")
+        else:
+            apt.packages(name="Docker engine package", packages=[cfg.docker.package_apt], no_recommends=True,
+                         update=apt_update_needed([cfg.docker.package_apt]), cache_time=3600)
     else:
         dnf.packages(name="Docker engine package", packages=[cfg.docker.package_dnf])
     if cfg.docker.data_root:

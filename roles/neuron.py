@@ -4,6 +4,8 @@ instance type. Does nothing on non-Neuron hosts."""
 
 from __future__ import annotations
 
+from io import StringIO
+
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import KernelVersion, LinuxDistribution
@@ -11,6 +13,7 @@ from pyinfra.operations import apt, dnf, files, systemd
 
 from roles import operations
 from roles.facts import PackageFamily
+from roles.operations import apt_update_needed
 from roles.preflight import config_for
 from tritonfleet import compat
 from tritonfleet.config import HostConfig
@@ -70,15 +73,17 @@ def _apt(cfg: HostConfig, kernel: str, codename: str) -> None:
                                  src=cfg.neuron.effective_key_url(), dest=key,
                                  fingerprint=cfg.neuron.key_fingerprint)
     suite = cfg.neuron.apt_suite or codename
-    repo = apt.repo(name="Neuron apt repository", filename="neuron",
-                    src=f"deb [signed-by={key}] {cfg.neuron.apt_url} {suite} main")
+    # The whole file: an old unsigned line (setup-pre-container.sh, DLAMIs) would conflict with signed-by.
+    repo = files.put(name="Neuron apt repository", dest="/etc/apt/sources.list.d/neuron.list", mode="644",
+                     src=StringIO(f"deb [signed-by={key}] {cfg.neuron.apt_url} {suite} main\n"))
     apt.update(name="apt-get update (Neuron repository changed)", _if=[repo.did_change])
     if cfg.neuron.remove_legacy:
         systemd.service(name="Stop legacy neuron-rtd", service="neuron-rtd.service", running=False)
         apt.packages(name="Remove legacy Neuron packages", packages=LEGACY_PACKAGES, present=False)
     if cfg.neuron.kernel_headers:
-        apt.packages(name="Kernel headers for the running kernel", packages=[f"linux-headers-{kernel}"],
-                     no_recommends=True)
+        headers = [f"linux-headers-{kernel}"]
+        apt.packages(name="Kernel headers for the running kernel", packages=headers, no_recommends=True,
+                     update=apt_update_needed(headers), cache_time=3600)
     operations.pinned_packages(name="Neuron driver and tools (pinned)", pins=cfg.package_pins(), family="apt")
 
 

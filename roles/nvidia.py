@@ -3,6 +3,8 @@ entry (``nvidia-ctk runtime configure``); verified with ``nvidia-smi``. Does not
 
 from __future__ import annotations
 
+from io import StringIO
+
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, dnf, files, server, systemd
@@ -17,8 +19,9 @@ DEFAULTS = {
     "nvidia_driver_branch": "550",
     # Driver package on apt hosts ({branch} is substituted).
     "nvidia_driver_package_apt": "nvidia-driver-{branch}-server",
-    # Driver package on dnf hosts ({branch} is substituted).
-    "nvidia_driver_package_dnf": "nvidia-driver-{branch}",
+    # Driver package on dnf hosts; None: the AMI provides the driver (AL2023 GPU DLAMIs) — NVIDIA's
+    # CUDA repository for Amazon Linux is not managed by tritonfleet.
+    "nvidia_driver_package_dnf": None,
     # nvidia-container-toolkit flat apt repository.
     "nvidia_toolkit_apt_url": "https://nvidia.github.io/libnvidia-container/stable/deb/amd64",
     # nvidia-container-toolkit rpm repository.
@@ -48,8 +51,10 @@ def nvidia() -> None:
         files.directory(name="apt keyrings dir", path="/etc/apt/keyrings", mode="755")
         operations.keyring(name="nvidia-container-toolkit key (fingerprint checked)",
                            src=cfg.nvidia.effective_key_url(), dest=key, fingerprint=cfg.nvidia.key_fingerprint)
-        repo = apt.repo(name="nvidia-container-toolkit repository", filename="nvidia-container-toolkit",
-                        src=f"deb [signed-by={key}] {cfg.nvidia.toolkit_apt_url} /")
+        # The whole file: a line from NVIDIA's instructions with another signed-by would conflict.
+        repo = files.put(name="nvidia-container-toolkit repository", mode="644",
+                         dest="/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+                         src=StringIO(f"deb [signed-by={key}] {cfg.nvidia.toolkit_apt_url} /\n"))
         apt.update(name="apt-get update (NVIDIA repository changed)", _if=[repo.did_change])
         apt.packages(name="NVIDIA driver", packages=[cfg.nvidia.driver_package("apt")], no_recommends=True)
         if pins:
@@ -65,7 +70,9 @@ def nvidia() -> None:
                        src=str(template_path("nvidia/nvidia-container-toolkit.repo.j2")),
                        dest="/etc/yum.repos.d/nvidia-container-toolkit.repo", mode="644",
                        url=cfg.nvidia.toolkit_yum_url, key_path=key)
-        dnf.packages(name="NVIDIA driver", packages=[cfg.nvidia.driver_package("dnf")])
+        driver = cfg.nvidia.driver_package("dnf")
+        if driver:
+            dnf.packages(name="NVIDIA driver", packages=[driver])
         if pins:
             operations.pinned_packages(name="nvidia-container-toolkit (pinned)", pins=pins, family="dnf")
         else:

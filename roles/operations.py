@@ -51,6 +51,9 @@ def keyring(src: str, dest: str, fingerprint: str, armored: bool = False):
     script = (
         "set -e; umask 022; tmp=$(mktemp -d); trap 'rm -rf $tmp' EXIT; "
         f"curl -fsSL --retry 3 -o $tmp/key {q(src)} || {{ echo 'ERROR: cannot download key {src}' >&2; exit 1; }}; "
+        "n=$(gpg --batch --show-keys --with-colons $tmp/key 2>/dev/null | grep -c '^pub' || true); "
+        f"[ \"$n\" = 1 ] || {{ echo \"ERROR: {src} holds $n keys, expected exactly one; "
+        "nothing was installed\" >&2; exit 1; }; "
         "got=$(gpg --batch --show-keys --with-colons $tmp/key 2>/dev/null | awk -F: '/^fpr/{print $10; exit}'); "
         f"if [ \"$got\" != {q(fingerprint)} ]; then "
         f"echo \"ERROR: key fingerprint mismatch for {src}: expected {fingerprint}, got ${{got:-no key}}; "
@@ -61,6 +64,13 @@ def keyring(src: str, dest: str, fingerprint: str, armored: bool = False):
         + f"install -m 644 $tmp/keyring {q(dest)}"
     )
     yield StringCommand(script)
+
+
+def apt_update_needed(packages: list[str]) -> bool:
+    """Whether installing ``packages`` needs fresh apt lists: only when one of them is missing, so a
+    re-run a day later still changes nothing (read before the deploy changes anything)."""
+    installed = host.get_fact(DebPackages)
+    return any(p.split("=", 1)[0] not in installed for p in packages)
 
 
 def _installed_versions(family: str) -> Mapping[str, list[str]]:
@@ -181,8 +191,9 @@ def efa_installer(installer_url: str, signature_url: str, key_url: str, fingerpr
         "got=$(gpg --batch --show-keys --with-colons key | awk -F: '/^fpr/{print $10; exit}'); "
         f"[ \"$got\" = {q(fpr)} ] || {{ echo \"ERROR: EFA key fingerprint mismatch: expected {fpr}, got $got\" >&2; "
         "exit 1; }; gpg --batch --import key 2>/dev/null; "
-        "gpg --batch --verify installer.sig installer.tar.gz 2>/dev/null || "
-        "{ echo 'ERROR: EFA installer signature does not verify; not installing' >&2; exit 1; }; "
+        "gpg --batch --status-fd 1 --verify installer.sig installer.tar.gz 2>/dev/null "
+        f"| grep -q '^\\[GNUPG:\\] VALIDSIG .*{fpr}' || "
+        "{ echo 'ERROR: EFA installer signature does not verify with the pinned key; not installing' >&2; exit 1; }; "
         "tar xzf installer.tar.gz; cd aws-efa-installer; ./efa_installer.sh -y"
     )
 
@@ -250,13 +261,20 @@ def neuron_compat_gate(image: str, runtime_from_data: str | None, neuron_arch: s
     host.noop(f"runtime {runtime} works with driver {driver}")
 
 
+def _redact(args: list[str], secret: str | None) -> list[str]:
+    return [a.replace(secret, "<redacted>") for a in args] if secret else list(args)
+
+
 @operation()
 def triton_container(container: str, image: str, spec_hash: str, run_args: list[str], command: list[str],
-                     state_dir: str = "/var/lib/tritonfleet"):
+                     state_dir: str = "/var/lib/tritonfleet", secret: str | None = None):
     """
     One Triton container, recreated only when its spec (``spec_hash``) or image changes.
 
-    The previous spec and image are kept in ``state_dir/servers/NAME.json`` (``previous``) for rollback.
+    A changed container is swapped safely: the old one is stopped and kept aside while the new one
+    starts; if ``docker run`` fails, the old one is put back and started again. After a successful
+    swap ``state_dir/servers/NAME.json`` (0600, secret redacted) records the new spec and keeps the
+    previous image and spec under ``previous`` for rollback.
 
     + container: container name
     + image: image reference
@@ -264,29 +282,51 @@ def triton_container(container: str, image: str, spec_hash: str, run_args: list[
     + run_args: ``docker run`` options (devices, ulimits, env, ports, mounts, labels)
     + command: tritonserver command line
     + state_dir: where the current/previous spec record lives
+    + secret: a value to keep out of the record (the repository secret)
     """
     name = container
-    containers = host.get_fact(facts.TritonContainers)
-    current = containers.get(name)
+    current = host.get_fact(facts.TritonContainers).get(name)
     image_id = (host.get_fact(facts.DockerImageInfo, image=image) or {}).get("id")
     if current and current["spec"] == spec_hash and current["running"] and (
             image_id is None or current["image_id"] == image_id):
         host.noop(f"container {name} is up to date")
         return
     q = shlex.quote
-    record = {"name": name, "image": image, "spec": spec_hash, "run_args": run_args, "command": command}
+    aside = f"{name}.previous"
+    record = {"name": name, "image": image, "spec": spec_hash, "run_args": _redact(run_args, secret),
+              "command": _redact(command, secret)}
     path = f"{state_dir}/servers/{name}.json"
+    run = " ".join(["docker", "run", "-d", "--name", q(name), *[q(a) for a in run_args], q(image),
+                    *[q(c) for c in command]])
+    restore = (f"docker rm -f {q(name)} >/dev/null 2>&1; if docker inspect {q(aside)} >/dev/null 2>&1; then "
+               f"docker rename {q(aside)} {q(name)} && docker start {q(name)} >/dev/null; fi")
+    save = (f"mkdir -p {q(state_dir)}/servers && umask 077 && python3 -c 'import json,os,sys; p,n=sys.argv[1],"
+            "json.loads(sys.argv[2]); d=json.load(open(p)) if os.path.exists(p) else None; "
+            "d and d.pop(\"previous\", None); n[\"previous\"]=d; json.dump(n, open(p+\".tmp\", \"w\"), indent=2); "
+            f"os.chmod(p+\".tmp\", 0o600); os.replace(p+\".tmp\", p)' {q(path)} {q(json.dumps(record))}")
     yield StringCommand(
-        f"mkdir -p {q(state_dir)}/servers; "
-        f"if [ -f {q(path)} ]; then python3 -c 'import json,sys; p=sys.argv[1]; d=json.load(open(p)); "
-        "d.pop(\"previous\", None); n=json.loads(sys.argv[2]); n[\"previous\"]=d; "
-        f"json.dump(n, open(p, \"w\"), indent=2)' {q(path)} {q(json.dumps(record))} 2>/dev/null || "
-        f"printf '%s' {q(json.dumps(record))} > {q(path)}; else printf '%s' {q(json.dumps(record))} > {q(path)}; fi"
+        f"docker rm -f {q(aside)} >/dev/null 2>&1; "
+        f"if docker inspect {q(name)} >/dev/null 2>&1; then docker stop {q(name)} >/dev/null && "
+        f"docker rename {q(name)} {q(aside)}; fi; "
+        f"if ! {run} >/dev/null; then {restore}; echo 'ERROR: docker run of {name} failed; the previous "
+        f"container (if any) was restored' >&2; exit 1; fi; "
+        f"docker rm -f {q(aside)} >/dev/null 2>&1; {save}"
     )
-    if current:
-        yield f"docker rm -f {q(name)} >/dev/null"
-    yield " ".join(["docker", "run", "-d", "--name", q(name), *[q(a) for a in run_args], q(image),
-                    *[q(c) for c in command]]) + " >/dev/null"
+
+
+@operation()
+def triton_prune(keep: list[str]):
+    """
+    Remove tritonfleet Triton containers that are no longer placed on this host (they would hold
+    devices and ports the new placement needs).
+
+    + keep: container names of the current placement
+    """
+    stale = sorted(set(host.get_fact(facts.TritonContainers)) - set(keep))
+    if not stale:
+        host.noop("no stale Triton containers")
+        return
+    yield "docker rm -f " + " ".join(shlex.quote(n) for n in stale) + " >/dev/null"
 
 
 @operation()

@@ -91,7 +91,13 @@ def default_frameworks(cfg: HostConfig) -> list[str]:
     return ["torch-neuronx", "neuronx-cc"]
 
 
-def dockerfile(cfg: HostConfig) -> str:
+NEURON_KEYS = {  # where the neuron role put the repository key, by package family
+    "apt": ("/etc/apt/keyrings/neuron.gpg", "neuron-archive-keyring.gpg"),
+    "dnf": ("/etc/pki/rpm-gpg/RPM-GPG-KEY-AMAZON-AWS-NEURON", "neuron-archive-keyring.asc"),  # armored
+}
+
+
+def dockerfile(cfg: HostConfig, key_file: str = NEURON_KEYS["apt"][1]) -> str:
     versions = cfg.neuron.versions()
     runtime_packages = []
     if cfg.instance.family != "inf1":
@@ -103,7 +109,7 @@ def dockerfile(cfg: HostConfig) -> str:
         runtime_packages=runtime_packages, pip_index=cfg.triton.neuron_pip_index,
         frameworks=cfg.triton.neuron_frameworks or default_frameworks(cfg),
         runtime_version=cfg.container_runtime_version(), sdk_release=cfg.neuron.sdk_release,
-        family=cfg.instance.neuron_arch or cfg.instance.family,
+        family=cfg.instance.neuron_arch or cfg.instance.family, key_file=key_file,
     )
 
 
@@ -114,12 +120,12 @@ def image_source(cfg: HostConfig) -> str:
     return cfg.triton.image_source
 
 
-def image_ref(cfg: HostConfig) -> str:
+def image_ref(cfg: HostConfig, key_file: str = NEURON_KEYS["apt"][1]) -> str:
     if cfg.triton.image:
         return cfg.triton.image
     if not cfg.is_neuron:
         return cfg.triton.base_image
-    digest = hashlib.sha256(dockerfile(cfg).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(dockerfile(cfg, key_file).encode()).hexdigest()[:16]
     return f"tritonfleet/tritonserver-neuron:{digest}"
 
 
@@ -181,24 +187,16 @@ def spec_hash(image: str, args: list[str], cmd: list[str]) -> str:
     return hashlib.sha256(json.dumps([image, args, cmd]).encode()).hexdigest()[:16]
 
 
-def docker_run_line(cfg: HostConfig, p: Placement) -> str:
-    """The equivalent ``docker run`` command line (for docs and `tritonfleet status`)."""
-    image = image_ref(cfg)
-    args, cmd = run_args(cfg, p), server_command(cfg, p)
-    args += ["--label", f"com.tritonfleet.spec={spec_hash(image, args, cmd)}"]
-    return " ".join(["docker", "run", "-d", "--name", p.name, *args, image, *cmd])
-
-
-def _image(cfg: HostConfig, image: str) -> None:
+def _image(cfg: HostConfig, image: str, family: str) -> None:
     t = cfg.triton
     source = image_source(cfg)
     if source == "build":
+        key_src, key_file = NEURON_KEYS["apt" if family == "apt" else "dnf"]
         build_dir = posixpath.join(STATE_DIR, "build", image.rsplit(":", 1)[-1])
-        files.put(name="Neuron Triton Dockerfile", src=StringIO(dockerfile(cfg)),
+        files.put(name="Neuron Triton Dockerfile", src=StringIO(dockerfile(cfg, key_file)),
                   dest=f"{build_dir}/Dockerfile", mode="644")
         operations.docker_image(name=f"Triton image {image} (build)", image=image, source="build",
-                                build_dir=build_dir, context_files={"neuron-archive-keyring.gpg":
-                                                                    "/etc/apt/keyrings/neuron.gpg"})
+                                build_dir=build_dir, context_files={key_file: key_src})
     elif source == "archive":
         archive = t.image_archive
         if t.image_archive_src:
@@ -227,20 +225,23 @@ def _ecr_login(registry: str) -> None:
 @deploy("Triton", data_defaults=DEFAULTS)
 def triton() -> None:
     cfg = config_for()
-    image = image_ref(cfg)
-    _image(cfg, image)
+    family = host.get_fact(PackageFamily)
+    image = image_ref(cfg, NEURON_KEYS["apt" if family == "apt" else "dnf"][1])
+    _image(cfg, image, family)
     if cfg.is_neuron:
         operations.neuron_compat_gate(name="Neuron runtime in the image vs host driver", image=image,
                                       runtime_from_data=cfg.container_runtime_version(),
                                       neuron_arch=cfg.instance.neuron_arch)
     models = model_names(cfg)
+    operations.triton_prune(name="Remove Triton servers no longer placed here",
+                            keep=[p.name for p in cfg.placements])
     for p in host.loop(cfg.placements):
         args, cmd = run_args(cfg, p), server_command(cfg, p)
         digest = spec_hash(image, args, cmd)
         operations.triton_container(name=f"Triton server {p.name}", container=p.name, image=image,
                                     spec_hash=digest,
                                     run_args=args + ["--label", f"com.tritonfleet.spec={digest}"],
-                                    command=cmd, state_dir=STATE_DIR)
+                                    command=cmd, state_dir=STATE_DIR, secret=cfg.triton.repository_secret)
     for p in host.loop(cfg.placements):
         addr = "127.0.0.1" if p.bind_address in ("0.0.0.0", "::") else p.bind_address
         operations.triton_ready(name=f"Triton server {p.name} ready", container=p.name,

@@ -35,6 +35,8 @@ class ConfigError(ValueError):
 
     def __init__(self, host: str, field: str, value: Any, message: str) -> None:
         self.host, self.field, self.value, self.message = host, field, value, message
+        if value is not _MISSING and "secret" in field:
+            value = "<hidden>"
         shown = "" if value is _MISSING else f" {_short(value)}"
         super().__init__(f"{host}: {field}{shown}: {message}")
 
@@ -154,7 +156,7 @@ class EfaSettings(_Section):
 class NvidiaSettings(_Section):
     driver_branch: str
     driver_package_apt: str
-    driver_package_dnf: str
+    driver_package_dnf: str | None
     toolkit_apt_url: str
     toolkit_yum_url: str
     key_url: str | None
@@ -171,9 +173,9 @@ class NvidiaSettings(_Section):
             raise ValueError("expected a driver branch like '550'")
         return str(v)
 
-    def driver_package(self, family: Literal["apt", "dnf"]) -> str:
+    def driver_package(self, family: Literal["apt", "dnf"]) -> str | None:
         pattern = self.driver_package_apt if family == "apt" else self.driver_package_dnf
-        return pattern.format(branch=self.driver_branch)
+        return pattern.format(branch=self.driver_branch) if pattern else None
 
     def effective_key_url(self) -> str:
         return self.key_url or "https://nvidia.github.io/libnvidia-container/gpgkey"

@@ -4,6 +4,7 @@ ready models, endpoint), read over SSH (paramiko, strict host keys) from the hos
 from __future__ import annotations
 
 import datetime as dt
+import getpass
 import json
 import runpy
 import shlex
@@ -59,7 +60,7 @@ def _connect(name: str, data: dict) -> paramiko.SSHClient:
         client.load_host_keys(data["ssh_known_hosts_file"])
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     client.connect(data.get("ssh_hostname", name), port=int(data.get("ssh_port", 22)),
-                   username=data.get("ssh_user", "root"), key_filename=data.get("ssh_key"),
+                   username=data.get("ssh_user") or getpass.getuser(), key_filename=data.get("ssh_key"),
                    timeout=10, look_for_keys=not data.get("ssh_key"), allow_agent=True)
     return client
 
@@ -84,7 +85,9 @@ def host_status(name: str, data: dict) -> list[dict[str, Any]]:
     try:
         header = f"{data.get('triton_repository_header', 'X-Tritonfleet-Repository-Key')}: " \
                  f"{data.get('triton_repository_secret') or ''}"
-        stdin, stdout, _ = client.exec_command('export HDR="$(cat)"; bash -c ' + shlex.quote(_PROBE), timeout=30)
+        sudo = "sudo -n --preserve-env=HDR " if data.get("_sudo") else ""  # docker.sock is root's
+        stdin, stdout, _ = client.exec_command(f'export HDR="$(cat)"; {sudo}bash -c ' + shlex.quote(_PROBE),
+                                               timeout=30)
         stdin.write(header)
         stdin.channel.shutdown_write()
         out = stdout.read().decode()

@@ -9,39 +9,8 @@ from pyinfra.api.deploy import add_deploy
 from pyinfra.connectors.ssh import SSHConnector
 
 from roles.preflight import PreflightError, config_for, preflight
+from tests.preflight_cases import BAD
 from tritonfleet.sandbox.inventory import sandbox_hosts
-
-# (instance type, bad data, field named in the error, words of the message)
-BAD = [
-    ("inf2.xlarg", {}, "instance_type", "closest known: inf2.xlarge"),
-    ("inf2.24xlarge", {"triton_servers": [{"devices": [0, 1]}, {"devices": [3, 5]}]}, "triton_servers[1].devices",
-     "contiguous (inf2.24xlarge has devices 0-5)"),
-    ("inf2.24xlarge", {"triton_servers": [{"devices": [0, 1, 2]}, {"devices": [2, 3]}]}, "triton_servers[1].devices",
-     ""),
-    ("inf2.xlarge", {"triton_servers": [{"devices": [0, 1]}]}, "triton_servers[0].devices", "inf2.xlarge has"),
-    ("inf2.8xlarge", {"triton_servers": [{"devices": [0], "cores": [2]}]}, "triton_servers[0].cores", ""),
-    ("inf2.24xlarge", {"triton_servers": [{"devices": [0]}, {"devices": [1], "http_port": 8001}]},
-     "triton_servers[1]", "port"),
-    ("inf2.xlarge", {"triton_servers": [{"gpus": [0]}]}, "triton_servers[0].gpus", ""),
-    ("inf2.xlarge", {"neuron_sdk_relase": "2.31.0"}, "neuron_sdk_relase", "did you mean neuron_sdk_release"),
-    ("inf2.xlarge", {"neuron_sdk_release": "9.9.9"}, "neuron_sdk_release", "not in neuron_releases"),
-    ("inf2.xlarge", {"neuron_key_fingerprint": "ABCD"}, "neuron_key_fingerprint", "40-hex-digit"),
-    ("inf2.xlarge", {"neuron_key_fingerprint": None}, "neuron_key_fingerprint", "required on Neuron hosts"),
-    ("inf2.xlarge", {"docker_data_root": "var/lib/docker"}, "docker_data_root", "absolute path"),
-    ("inf2.xlarge", {"docker_log_max_file": 0}, "docker_log_max_file", "greater than or equal to 1"),
-    ("inf2.xlarge", {"triton_shm_size": "huge"}, "triton_shm_size", "size like 1g"),
-    ("inf2.xlarge", {"triton_image_source": "ftp"}, "triton_image_source", "'build', 'pull' or 'archive'"),
-    ("inf2.xlarge", {"triton_repository_secret": "short"}, "triton_repository_secret", "at least 16"),
-    ("inf1.6xlarge", {"neuron_dkms_version": "2.30.*"}, "neuron_dkms_version", "2.24"),
-    ("inf2.xlarge", {"triton_bind_address": "300.1.1.1"}, "triton_bind_address", ""),
-    ("inf2.xlarge", {"models_dir": "models"}, "models_dir", "absolute directory"),
-    ("g5.xlarge", {"nvidia_driver_branch": "latest"}, "nvidia_driver_branch", "like '550'"),
-    ("inf2.xlarge", {"triton_image_source": "archive", "triton_image_archive": None}, "triton_image_archive",
-     "required when triton_image_source is 'archive'"),
-    ("inf2.xlarge", {"neuron_dkms_version": "2.26.10.0*"}, "triton_neuron_runtime_version",
-     "upgrade the host driver"),
-    ("inf2.xlarge", {"imds_endpoint": "169.254.169.254"}, "imds_endpoint", "http"),
-]
 
 
 @pytest.fixture

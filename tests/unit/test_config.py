@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from roles.preflight import role_defaults
-from tests.e2e.test_02b_preflight import BAD
+from tests.preflight_cases import BAD
 from tritonfleet.config import ConfigError, load_host_config
 
 FPR = "A" * 40

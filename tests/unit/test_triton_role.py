@@ -72,3 +72,12 @@ def test_ecr_pull_uses_the_credential_helper(monkeypatch):
     rec = run_role(triton, {**data, "triton_image": "nvcr.io/nvidia/tritonserver:24.10-py3"}, "ubuntu2404",
                    monkeypatch)
     assert "/root/.docker/config.json" not in rec.uploads
+
+
+def test_build_path_on_al2023_uses_the_armored_rpm_key(monkeypatch):
+    rec = run_role(triton, {**BASE, "instance_type": "trn1.2xlarge"}, "al2023", monkeypatch)
+    assert any("cp /etc/pki/rpm-gpg/RPM-GPG-KEY-AMAZON-AWS-NEURON" in c and "neuron-archive-keyring.asc" in c
+               for c in rec.commands)
+    (dockerfile_text,) = [v for k, v in rec.uploads.items() if k.endswith("/Dockerfile")]
+    assert "COPY neuron-archive-keyring.asc /etc/apt/keyrings/neuron-archive-keyring.asc" in dockerfile_text
+    assert "signed-by=/etc/apt/keyrings/neuron-archive-keyring.asc" in dockerfile_text

@@ -45,7 +45,7 @@ IMDS_PORT = 8169
 S3_PORT = 9000
 NETNS_PREFIX = "tf-"
 VETH_PREFIX = "tfv-"
-CGROUP_PREFIX = "tritonfleet-"
+CGROUP_PREFIX = "tritonfleet-sandbox-"
 S3_BUCKET = "tritonfleet-models"
 S3_PREFIX = "repos/sandbox/"
 S3_REGION = "us-east-1"
@@ -112,7 +112,7 @@ class HostState:
 
     @property
     def veth(self) -> str:
-        return (VETH_PREFIX + self.name)[:15]
+        return f"{VETH_PREFIX}{self.ip.rsplit('.', 1)[1]}"  # unique per host, within IFNAMSIZ
 
     @property
     def cgroup(self) -> str:
@@ -183,10 +183,11 @@ def check_prerequisites() -> None:
             raise SandboxError(f"'{tool}' is missing; run `make setup` (it installs the sandbox's Debian packages)")
     if not Path("/sys/fs/cgroup").is_dir():
         raise SandboxError("no /sys/fs/cgroup; the sandbox needs cgroups for its hosts")
-    if not Path("/sys/class/net").exists() or run(["ip", "link", "add", "tfprobe0", "type", "bridge"],
+    probe = f"tfprobe{os.getpid() % 100000}"
+    if not Path("/sys/class/net").exists() or run(["ip", "link", "add", probe, "type", "bridge"],
                                                   check=False).returncode != 0:
         raise SandboxError("cannot create a bridge (needs CAP_NET_ADMIN and bridge support)")
-    run(["ip", "link", "del", "tfprobe0"], check=False)
+    run(["ip", "link", "del", probe], check=False)
 
 
 def check_subnet_free() -> None:
@@ -273,8 +274,10 @@ def ensure_base() -> Path:
     (tmp / ".complete").write_text(digest)
     shutil.rmtree(base, ignore_errors=True)
     tmp.rename(base)
+    in_use = Path("/proc/self/mounts").read_text()
     for old in CACHE_DIR.glob("base-*"):
-        if old != base and old.is_dir() and not old.name.endswith(".tmp"):
+        # an older base may still be the lower layer of running hosts; it goes on a later rebuild
+        if old != base and old.is_dir() and not old.name.endswith(".tmp") and f"lowerdir={old}," not in in_use:
             shutil.rmtree(old, ignore_errors=True)
     log(f"base image ready in {time.monotonic() - t0:.0f}s")
     return base
@@ -346,6 +349,22 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def _is_service(cmd: str) -> bool:
+    """argv signatures of the controller-side services this sandbox starts."""
+    return (("http.server" in cmd and f"--bind {BRIDGE_IP}" in cmd and str(repo_root()) in cmd)
+            or ("tritonfleet.sandbox.imds" in cmd and str(imds_hosts_file()) in cmd)
+            or ("moto_server" in cmd and f"-H {BRIDGE_IP}" in cmd))
+
+
+def _is_nspawn(cmd: str, root: Path | None = None) -> bool:
+    return cmd.startswith("systemd-nspawn ") and f"-D {root or (STATE_DIR / 'hosts')}" in cmd
+
+
+def ours(pid: int, check: Callable[[str], bool]) -> bool:
+    """``pid`` is alive and its command line is ours (state files outlive reboots; PIDs get reused)."""
+    return pid_alive(pid) and check(_cmdline(pid))
+
+
 def imds_hosts_file() -> Path:
     return STATE_DIR / "imds-hosts.json"
 
@@ -364,7 +383,7 @@ def ensure_services(state: dict) -> None:
         imds_hosts_file().write_text("{}")
     for name, (port, cmd) in wanted.items():
         pid = services.get(name, 0)
-        if pid and pid_alive(pid):
+        if pid and ours(pid, _is_service):
             continue
         check_port_free(port)
         pid = _spawn_service(name, cmd)
@@ -638,7 +657,7 @@ def preinstall(h: HostState, packages: list[str]) -> None:
 
 def stop_host(h: HostState, timeout: float = 20) -> None:
     pid = h.nspawn_pid
-    if pid and pid_alive(pid):
+    if pid and ours(pid, lambda cmd: _is_nspawn(cmd, h.root)):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while pid_alive(pid) and time.monotonic() < deadline:
@@ -713,13 +732,11 @@ def _our_processes() -> list[int]:
     """Processes started by the sandbox: services and nspawn launchers (by command line) and
     everything inside our hosts' cgroups."""
     me = os.getpid()
-    markers = (str(STATE_DIR), "tritonfleet.sandbox.imds", f"--bind {BRIDGE_IP}", f"-H {BRIDGE_IP}")
     pids = set()
     for p in Path("/proc").iterdir():
         if not p.name.isdigit() or int(p.name) == me:
             continue
-        cmd = _cmdline(int(p.name))
-        if any(m in cmd for m in markers) and pid_alive(int(p.name)):
+        if ours(int(p.name), lambda cmd: _is_service(cmd) or _is_nspawn(cmd)):
             pids.add(int(p.name))
     for cg in find_cgroups():
         pids |= {p for p in _cgroup_pids(cg) if pid_alive(p)}
@@ -754,7 +771,8 @@ def cleanup_all() -> list[str]:
 
 
 def _alive(h: HostState) -> bool:
-    return pid_alive(h.nspawn_pid) and Path(f"/run/netns/{h.netns}").exists() and bool(_mounts_under(h.root))
+    return (ours(h.nspawn_pid, lambda cmd: _is_nspawn(cmd, h.root)) and Path(f"/run/netns/{h.netns}").exists()
+            and bool(_mounts_under(h.root)))
 
 
 def default_specs(n: int, types: Sequence[str]) -> list[HostSpec]:
@@ -790,7 +808,7 @@ def up(specs: list[HostSpec]) -> dict:
         raise SandboxError("at most 200 sandbox hosts")
     check_prerequisites()
     with locked():
-        had_hosts = bool(hosts_from_state(load_state()))
+        had_hosts = any(_alive(h) for h in hosts_from_state(load_state()))
         try:
             return _up(specs)
         except BaseException:
@@ -905,11 +923,11 @@ def down() -> list[str]:
         for h in hosts_from_state(state):
             log(f"stopping host {h.name}")
             stop_host(h)
-        for _name, pid in state.get("services", {}).items():
-            if pid and pid_alive(pid):
-                os.kill(pid, signal.SIGTERM)
+        services = [p for p in state.get("services", {}).values() if p and ours(p, _is_service)]
+        for pid in services:
+            os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 5
-        while any(pid_alive(p) for p in state.get("services", {}).values()) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in services) and time.monotonic() < deadline:
             time.sleep(0.05)
         cleanup_all()
         return leftovers()
