@@ -108,7 +108,9 @@ def dockerfile(cfg: HostConfig, key_file: str = NEURON_KEYS["apt"][1]) -> str:
         "triton/Dockerfile.neuron.j2", base_image=cfg.triton.base_image, apt_url=cfg.neuron.apt_url,
         runtime_packages=runtime_packages, pip_index=cfg.triton.neuron_pip_index,
         frameworks=cfg.triton.neuron_frameworks or default_frameworks(cfg),
-        runtime_version=cfg.container_runtime_version(), sdk_release=cfg.neuron.sdk_release,
+        # the label states what the image really installs (the release pin), never a data override
+        runtime_version=versions.get("aws-neuronx-runtime-lib") if runtime_packages else None,
+        sdk_release=cfg.neuron.sdk_release,
         family=cfg.instance.neuron_arch or cfg.instance.family, key_file=key_file,
     )
 
