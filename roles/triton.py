@@ -56,8 +56,9 @@ DEFAULTS = {
     "triton_models": [],
     # tritonserver --model-control-mode.
     "triton_model_control_mode": "explicit",
-    # Header the model-repository API (load/unload/index) requires.
-    "triton_repository_header": "X-Tritonfleet-Repository-Key",
+    # Header the model-repository API (load/unload/index) requires. Lowercase: gRPC metadata keys are
+    # lowercase and Triton compares them exactly (gRPC clients send "triton-grpc-protocol-<header>").
+    "triton_repository_header": "x-tritonfleet-repository-key",
     # Per-fleet secret value of that header (required; keep it out of git).
     "triton_repository_secret": None,
     # python backend shm-default-byte-size.

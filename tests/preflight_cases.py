@@ -30,4 +30,5 @@ BAD = [
     ("inf2.xlarge", {"neuron_dkms_version": "2.26.10.0*"}, "triton_neuron_runtime_version",
      "upgrade the host driver"),
     ("inf2.xlarge", {"imds_endpoint": "169.254.169.254"}, "imds_endpoint", "http"),
+    ("inf2.xlarge", {"triton_repository_header": "X-Api-Key"}, "triton_repository_header", "lowercase"),
 ]

@@ -225,8 +225,9 @@ class TritonSettings(_Section):
     @field_validator("repository_header")
     @classmethod
     def _header(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z0-9-]+$", v):
-            raise ValueError("expected an HTTP header name (letters, digits, '-')")
+        if not re.match(r"^[a-z0-9-]+$", v):
+            raise ValueError("expected a lowercase header name (a-z, 0-9, '-'): gRPC metadata keys are lowercase "
+                             "and Triton compares them exactly")
         return v
 
     @field_validator("repository_secret")

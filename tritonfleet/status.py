@@ -83,7 +83,7 @@ def host_status(name: str, data: dict) -> list[dict[str, Any]]:
     except Exception as exc:  # noqa: BLE001 - shown in the table
         return [{"host": name, "error": f"ssh: {exc}"}]
     try:
-        header = f"{data.get('triton_repository_header', 'X-Tritonfleet-Repository-Key')}: " \
+        header = f"{data.get('triton_repository_header', 'x-tritonfleet-repository-key')}: " \
                  f"{data.get('triton_repository_secret') or ''}"
         sudo = "sudo -n --preserve-env=HDR " if data.get("_sudo") else ""  # docker.sock is root's
         stdin, stdout, _ = client.exec_command(f'export HDR="$(cat)"; {sudo}bash -c ' + shlex.quote(_PROBE),
