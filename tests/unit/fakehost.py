@@ -19,7 +19,13 @@ OS_RELEASE = {
 }
 
 
-def responses(os_key: str, *, kernel: str = "6.8.0-1015-aws", installed: str = "") -> dict:
+def neuron_state(devices: int, driver: str = "2.30.2.0") -> list[str]:
+    """Output of the NeuronState fact on a healthy host with ``devices`` Neuron devices."""
+    return (["@devices"] + [f"neuron{i}" for i in range(devices)] + ["@pkg", driver, "@module", "@loaded",
+            "@headers", "yes", "@neuronls"])
+
+
+def responses(os_key: str, *, kernel: str = "6.8.0-1015-aws", installed: str = "", devices: int = 0) -> dict:
     name, version, codename, os_id = OS_RELEASE[os_key]
     release = [
         "/etc/os-release", f'NAME="{name}"', f'VERSION_ID="{version}"', f"ID={os_id}",
@@ -27,7 +33,7 @@ def responses(os_key: str, *, kernel: str = "6.8.0-1015-aws", installed: str = "
     ]
     family = "dnf" if os_key == "al2023" else "apt"
     return {
-        "@devices": [],  # NeuronState: nothing yet (checks act at execute time only)
+        "@devices": neuron_state(devices) if devices else [],  # NeuronState (checks act at execute time)
         "command -v apt-get": family,
         "-release": release,
         "uname -r": kernel,
@@ -40,6 +46,7 @@ class Recorder:
     def __init__(self) -> None:
         self.commands: list[str] = []
         self.uploads: dict[str, str] = {}
+        self.failures: list[str] = []
 
 
 def run_role(deploy_fn, data: dict, os_key: str, monkeypatch, **resp) -> Recorder:
@@ -73,4 +80,7 @@ def run_role(deploy_fn, data: dict, os_key: str, monkeypatch, **resp) -> Recorde
     disconnect_all(state)
     failed = state.results[inventory.get_host("@fake/h1")].error_ops
     assert failed == 0, f"{failed} operations failed on the fake host"
+    # @fake runs every command successfully, so a check that yielded its failure command
+    # (roles.operations.fail) would pass unnoticed: make it visible.
+    rec.failures = [c for c in rec.commands if c.startswith("echo 'ERROR: ")]
     return rec

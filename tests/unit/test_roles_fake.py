@@ -17,7 +17,8 @@ def _joined(rec) -> str:
 
 @pytest.mark.parametrize("os_key,codename", [("ubuntu2204", "jammy"), ("ubuntu2404", "noble")])
 def test_apt_path_inf2(monkeypatch, os_key, codename):
-    rec = run_role(neuron, {**DATA, "instance_type": "inf2.xlarge"}, os_key, monkeypatch)
+    rec = run_role(neuron, {**DATA, "instance_type": "inf2.xlarge"}, os_key, monkeypatch, devices=1)
+    assert rec.failures == []
     cmds = _joined(rec)
     # key fetched and checked against the expected fingerprint before anything else is installed
     key_cmd = next(c for c in rec.commands if "GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB" in c)
@@ -50,7 +51,9 @@ def test_apt_removes_legacy_packages(monkeypatch):
 
 @pytest.mark.parametrize("itype,pin", [("inf2.xlarge", "aws-neuronx-dkms-2.30.2.0*"), ("inf1.2xlarge", "aws-neuronx-dkms-2.24.*")])
 def test_dnf_path_al2023(monkeypatch, itype, pin):
-    rec = run_role(neuron, {**DATA, "instance_type": itype}, "al2023", monkeypatch, kernel="6.1.115-126.197.amzn2023.x86_64")
+    rec = run_role(neuron, {**DATA, "instance_type": itype}, "al2023", monkeypatch,
+                   kernel="6.1.115-126.197.amzn2023.x86_64", devices=1)
+    assert rec.failures == []
     cmds = _joined(rec)
     assert "dnf install" in cmds and pin in cmds
     assert "kernel-devel-6.1.115-126.197.amzn2023.x86_64" in cmds
@@ -65,3 +68,9 @@ def test_non_neuron_host_does_nothing(monkeypatch):
     rec = run_role(neuron, {**DATA, "instance_type": "g5.xlarge", "nvidia_key_fingerprint": FPR}, "ubuntu2204",
                    monkeypatch)
     assert not any("neuron" in c for c in rec.commands if "command -v" not in c and "-release" not in c)
+
+
+def test_device_check_reports_missing_devices(monkeypatch):
+    rec = run_role(neuron, {**DATA, "instance_type": "inf2.24xlarge"}, "ubuntu2204", monkeypatch, devices=4)
+    assert len(rec.failures) == 1
+    assert "inf2.24xlarge should have 6 Neuron devices, found 4" in rec.failures[0]
