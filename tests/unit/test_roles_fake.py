@@ -74,3 +74,32 @@ def test_device_check_reports_missing_devices(monkeypatch):
     rec = run_role(neuron, {**DATA, "instance_type": "inf2.24xlarge"}, "ubuntu2204", monkeypatch, devices=4)
     assert len(rec.failures) == 1
     assert "inf2.24xlarge should have 6 Neuron devices, found 4" in rec.failures[0]
+
+
+def test_nvidia_apt_path(monkeypatch):
+    from roles.nvidia import nvidia
+
+    data = {**DATA, "instance_type": "g5.12xlarge", "nvidia_key_fingerprint": FPR}
+    rec = run_role(nvidia, data, "ubuntu2404", monkeypatch)
+    cmds = _joined(rec)
+    assert rec.uploads["/etc/apt/sources.list.d/nvidia-container-toolkit.list"] == (
+        "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.gpg] "
+        "https://nvidia.github.io/libnvidia-container/stable/deb/amd64 /\n")
+    assert "https://nvidia.github.io/libnvidia-container/gpgkey" in cmds and FPR in cmds
+    assert "nvidia-driver-550-server" in cmds and "nvidia-container-toolkit" in cmds
+    assert "nvidia-ctk runtime configure --runtime=docker" in cmds
+
+
+def test_nvidia_dnf_path_leaves_the_driver_to_the_ami(monkeypatch):
+    from roles.nvidia import nvidia
+
+    data = {**DATA, "instance_type": "g5.xlarge", "nvidia_key_fingerprint": FPR}
+    rec = run_role(nvidia, data, "al2023", monkeypatch)
+    cmds = _joined(rec)
+    assert "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/x86_64" in \
+        rec.uploads["/etc/yum.repos.d/nvidia-container-toolkit.repo"]
+    assert "nvidia-driver" not in cmds and "dnf install" in cmds and "nvidia-container-toolkit" in cmds
+    key_cmd = next(c for c in rec.commands if "gpgkey" in c and FPR in c)
+    assert "--dearmor" not in key_cmd
+    rec = run_role(nvidia, {**data, "nvidia_driver_package_dnf": "nvidia-driver-{branch}"}, "al2023", monkeypatch)
+    assert "nvidia-driver-550" in _joined(rec)
