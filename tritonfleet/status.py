@@ -9,7 +9,6 @@ import json
 import runpy
 import shlex
 import sys
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,21 +26,31 @@ done
 """
 
 
+def _group_data(path: Path, group: str) -> dict:
+    f = path.parent / "group_data" / f"{group}.py"
+    if not f.exists():
+        return {}
+    return {k: v for k, v in runpy.run_path(str(f)).items() if not k.startswith("_")}
+
+
 def load_inventory(path: str | Path) -> list[tuple[str, dict]]:
-    """Hosts and data of a pyinfra inventory file (module-level lists; ``(hosts, data)`` groups)."""
+    """Hosts and their data from a pyinfra inventory file, merged as pyinfra does: group_data/all.py <
+    group_data/<group>.py (the file's stem and each module-level list are groups) < host data.
+
+    (pyinfra_cli's own loader would monkey-patch the whole process with gevent on import.)
+    """
     path = Path(path)
-    group_all: dict = {}
-    all_py = path.parent / "group_data" / "all.py"
-    if all_py.exists():
-        group_all = {k: v for k, v in runpy.run_path(str(all_py)).items() if not k.startswith("_")}
-    hosts: dict[str, dict] = {}
+    groups: dict[str, tuple[list, dict]] = {}
     for name, value in runpy.run_path(str(path)).items():
         if name.startswith("_") or not isinstance(value, (list, tuple)):
             continue
-        group_data: dict = {}
-        members: Iterable = value
+        members, data = value, {}
         if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
-            members, group_data = value
+            members, data = value
+        groups[name] = (list(members), data)
+    hosts: dict[str, dict] = {}
+    member_of: dict[str, list[str]] = {}
+    for group, (members, _data) in groups.items():
         for entry in members:
             if isinstance(entry, str):
                 hname, hdata = entry, {}
@@ -49,8 +58,16 @@ def load_inventory(path: str | Path) -> list[tuple[str, dict]]:
                 hname, hdata = entry
             else:
                 continue
-            hosts[hname] = {**group_all, **group_data, **hosts.get(hname, {}), **hdata}
-    return list(hosts.items())
+            hosts.setdefault(hname, {}).update(hdata)
+            member_of.setdefault(hname, []).append(group)
+    out = []
+    for hname, hdata in hosts.items():
+        merged = _group_data(path, "all")
+        for group in [path.stem, *member_of[hname]]:
+            merged.update(_group_data(path, group))
+            merged.update(groups.get(group, ([], {}))[1])
+        out.append((hname, {**merged, **hdata}))
+    return out
 
 
 def _connect(name: str, data: dict) -> paramiko.SSHClient:

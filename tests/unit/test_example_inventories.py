@@ -34,3 +34,14 @@ def test_example_inventory_without_fingerprint_fails_preflight(monkeypatch):
     (host, data), *_ = load_inventory(INVENTORIES / "inf2.py")
     with pytest.raises(ValueError, match="neuron_key_fingerprint"):
         load_host_config(host, data, role_defaults())
+
+
+def test_inventory_data_priority_matches_pyinfra(tmp_path):
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "group_data" / "all.py").write_text("a = 'all'\nb = 'all'\nc = 'all'\n_private = 1\n")
+    (tmp_path / "group_data" / "web.py").write_text("b = 'web'\nc = 'web'\n")
+    (tmp_path / "prod.py").write_text("web = ['h1', ('h2', {'c': 'host'})]\ndb = (['h3'], {'a': 'db-group'})\n")
+    hosts = dict(load_inventory(tmp_path / "prod.py"))
+    assert hosts["h1"] == {"a": "all", "b": "web", "c": "web"}
+    assert hosts["h2"] == {"a": "all", "b": "web", "c": "host"}
+    assert hosts["h3"] == {"a": "db-group", "b": "all", "c": "all"}
