@@ -7,7 +7,6 @@ import pprint
 import re
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +65,3 @@ def ssh(name: str, command: str, check: bool = True, timeout: float = 300) -> su
 
 def host_ip(name: str) -> str:
     return fleet.get_host(name).ip
-
-
-def dedent(s: str) -> str:
-    return textwrap.dedent(s).strip()

@@ -20,6 +20,7 @@ unchanged, so :func:`build_all` on a warm cache only hashes files.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -29,7 +30,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,6 +227,20 @@ def _swap_in(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+
+@contextlib.contextmanager
+def _staged(target: Path, digest: str) -> Iterator[Path]:
+    """Build ``target`` in a temporary sibling; on success stamp it with ``digest`` and swap it in."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
+    try:
+        yield tmp
+        (tmp / STAMP_NAME).write_text(digest + "\n", encoding="ascii")
+        os.chmod(tmp, 0o755)
+        _swap_in(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
 def _gzip_bytes(data: bytes) -> bytes:
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9, mtime=0) as gz:
@@ -302,9 +317,7 @@ def build_dist_repo(
     )
     digest = _inputs_hash("dist", paths, key, suite, component, armored_key_name, origin, label)
     if not (_stamp_matches(root, digest) and keyring_path.exists()):
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.build-", dir=root.parent))
-        try:
+        with _staged(root, digest) as tmp:
             for deb in paths:
                 _link_or_copy(deb, tmp / _pool_path(component, deb))
             packages = _ftparchive(tmp, "packages", f"pool/{component}")
@@ -329,11 +342,6 @@ def build_dist_repo(
             (tmp / "dists" / suite / "Release").write_bytes(release)  # written after hashing: no self-hash
             _sign_release(key, tmp / "dists" / suite / "Release")
             (tmp / armored_key_name).write_bytes(export_key(key, armor=True))
-            (tmp / STAMP_NAME).write_text(digest + "\n", encoding="ascii")
-            os.chmod(tmp, 0o755)
-            _swap_in(tmp, root)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         _write_atomic(keyring_path, export_key(key, armor=False))
     return info
 
@@ -371,9 +379,7 @@ def build_flat_repo(
     )
     digest = _inputs_hash("flat", paths, key, origin, label)
     if not (_stamp_matches(directory, digest) and keyring_path.exists() and armored_key_path.exists()):
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.build-", dir=directory.parent))
-        try:
+        with _staged(directory, digest) as tmp:
             for deb in paths:
                 _link_or_copy(deb, tmp / deb.name)
             packages = _ftparchive(tmp, "packages", ".")
@@ -382,11 +388,6 @@ def build_flat_repo(
             release = _ftparchive(tmp, *_release_opts(Origin=origin, Label=label), "release", ".")
             (tmp / "Release").write_bytes(release)
             _sign_release(key, tmp / "Release")
-            (tmp / STAMP_NAME).write_text(digest + "\n", encoding="ascii")
-            os.chmod(tmp, 0o755)
-            _swap_in(tmp, directory)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         _write_atomic(armored_key_path, export_key(key, armor=True))
         _write_atomic(keyring_path, export_key(key, armor=False))
     return info
@@ -415,9 +416,7 @@ def build_efa_download(directory: Path, key: SigningKey, *, keyring_path: Path |
     )
     if _stamp_matches(directory, digest) and keyring_path.exists():
         return info
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.build-", dir=directory.parent))
-    try:
+    with _staged(directory, digest) as tmp:
         tarball = tmp / "aws-efa-installer-latest.tar.gz"
         with open(tarball, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
             with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
@@ -443,11 +442,6 @@ def build_efa_download(directory: Path, key: SigningKey, *, keyring_path: Path |
             str(tarball),
         )
         (tmp / "aws-efa-installer.key").write_bytes(export_key(key, armor=True))
-        (tmp / STAMP_NAME).write_text(digest + "\n", encoding="ascii")
-        os.chmod(tmp, 0o755)
-        _swap_in(tmp, directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     _write_atomic(keyring_path, export_key(key, armor=False))
     return info
 
