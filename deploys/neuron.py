@@ -2,12 +2,13 @@
 
     pyinfra inventories/inf2.py deploys/neuron.py
 
-preflight -> base -> neuron (repo, headers, pinned driver/tools, legacy cleanup, EFA, device check)
+preflight -> base -> neuron (repo, headers, pinned driver/tools, legacy cleanup, device check) -> efa
 -> nvidia on GPU hosts -> docker engine.
 """
 
 from roles.base import base
 from roles.docker import docker
+from roles.efa import efa
 from roles.neuron import neuron
 from roles.nvidia import nvidia
 from roles.preflight import preflight
@@ -15,5 +16,6 @@ from roles.preflight import preflight
 preflight()
 base()
 neuron()
+efa()
 nvidia()
 docker()

@@ -2,12 +2,13 @@
 
     pyinfra inventories/inf2.py deploys/serve.py
 
-preflight -> base -> neuron or nvidia -> docker -> models -> triton (image, compatibility gate,
+preflight -> base -> neuron, efa or nvidia -> docker -> models -> triton (image, compatibility gate,
 containers, health gate).
 """
 
 from roles.base import base
 from roles.docker import docker
+from roles.efa import efa
 from roles.models import models
 from roles.neuron import neuron
 from roles.nvidia import nvidia
@@ -17,6 +18,7 @@ from roles.triton import triton
 preflight()
 base()
 neuron()
+efa()
 nvidia()
 docker()
 models()

@@ -2,34 +2,38 @@
 
 from __future__ import annotations
 
-from pyinfra import host
+from pydantic import Field, field_validator
 from pyinfra.api import deploy
-from pyinfra.operations import apt, dnf, files
+from pyinfra.operations import files
 
-from roles.facts import PackageFamily
-from roles.operations import apt_update_needed
-from roles.preflight import config_for
+from roles import platform
+from roles.context import config_for
+from tritonfleet.config import Role, RoleSettings
 from tritonfleet.templating import template_path
 
-DEFAULTS = {
-    # Packages the roles rely on (keys, downloads) on apt hosts.
-    "base_packages_apt": ["ca-certificates", "curl", "gnupg"],
-    # The same on dnf hosts (AL2023 ships curl-minimal and gnupg2-minimal, which provide curl and gpg).
-    "base_packages_dnf": ["ca-certificates"],
-    # /etc/security/limits.d memlock for all users ("unlimited" or KiB).
-    "base_memlock_limit": "unlimited",
-}
+
+class Settings(RoleSettings):
+    packages: list[str] = Field(["ca-certificates", "curl", "gnupg"], description=(
+        "Packages the roles rely on (keys, downloads), by logical name; the platform maps them "
+        "(AL2023's curl-minimal and gnupg2-minimal already provide curl and gpg)."))
+    memlock_limit: str = Field("unlimited", description=(
+        '/etc/security/limits.d memlock for all users ("unlimited" or KiB).'))
+
+    @field_validator("memlock_limit")
+    @classmethod
+    def _memlock(cls, v: str) -> str:
+        if v != "unlimited" and not v.isdigit():
+            raise ValueError("expected 'unlimited' or a number of KiB")
+        return v
 
 
-@deploy("Base", data_defaults=DEFAULTS)
+ROLE = Role("base", Settings, "the tools the other roles use, memlock limit", order=10)
+
+
+@deploy("Base")
 def base() -> None:
     cfg = config_for()
-    family = host.get_fact(PackageFamily)
-    if family == "apt":
-        apt.packages(name="Baseline packages", packages=cfg.base.packages_apt, no_recommends=True,
-                     update=apt_update_needed(cfg.base.packages_apt), cache_time=3600)
-    else:
-        dnf.packages(name="Baseline packages", packages=cfg.base.packages_dnf)
+    platform.install("Baseline packages", cfg.base.packages)
     files.template(name="memlock limit", src=str(template_path("base/limits-memlock.conf.j2")),
                    dest="/etc/security/limits.d/90-tritonfleet-memlock.conf", mode="644",
                    limit=cfg.base.memlock_limit)

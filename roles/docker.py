@@ -2,40 +2,58 @@
 
 from __future__ import annotations
 
+import re
+
+from pydantic import Field, field_validator
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import apt, dnf, files, systemd
+from pyinfra.operations import files, systemd
 
-from roles.facts import PackageFamily
-from roles.operations import apt_update_needed
-from roles.preflight import config_for
-from tritonfleet.config import HostConfig
+from roles import platform
+from roles.context import config_for
+from roles.facts.packages import InstalledPackages
+from tritonfleet.config import HostConfig, Role, RoleSettings
 from tritonfleet.templating import template_path
 
-DEFAULTS = {
-    # Engine package on apt hosts (Debian/Ubuntu archive).
-    "docker_package_apt": "docker.io",
-    # Engine package on dnf hosts (Amazon Linux 2023).
-    "docker_package_dnf": "docker",
-    # Optional data-root (e.g. an instance-store or EBS mount); None keeps /var/lib/docker.
-    "docker_data_root": None,
-    # json-file log rotation: size of one log file.
-    "docker_log_max_size": "100m",
-    # json-file log rotation: files kept per container.
-    "docker_log_max_file": 5,
-    # Keep containers running while dockerd restarts (config changes, upgrades).
-    "docker_live_restore": True,
-    # default-ulimits memlock for every container (-1 = unlimited; Neuron needs it).
-    "docker_ulimit_memlock": -1,
-    # default-ulimits stack for every container (64 MiB).
-    "docker_ulimit_stack": 67108864,
-}
+#: Engines from Docker's own repositories: left as they are.
+DOCKER_CE = "docker-ce"
+
+
+class Settings(RoleSettings):
+    package: str | None = Field(None, description=(
+        "Engine package; None = the platform's (docker.io on Ubuntu/Debian, docker on Amazon Linux 2023)."))
+    data_root: str | None = Field(None, description=(
+        "Optional data-root (e.g. an instance-store or EBS mount); None keeps /var/lib/docker."))
+    log_max_size: str = Field("100m", description="json-file log rotation: size of one log file.")
+    log_max_file: int = Field(5, ge=1, le=100, description="json-file log rotation: files kept per container.")
+    live_restore: bool = Field(True, description="Keep containers running while dockerd restarts (config changes, upgrades).")
+    ulimit_memlock: int = Field(-1, ge=-1, description=(
+        "memlock limit of every container, default-ulimits and Triton's --ulimit (-1 = unlimited; Neuron needs it)."))
+    ulimit_stack: int = Field(67108864, ge=-1, description=(
+        "stack limit of every container, default-ulimits and Triton's --ulimit (64 MiB)."))
+
+    @field_validator("data_root")
+    @classmethod
+    def _abs(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or v.rstrip("/") == ""):
+            raise ValueError("expected an absolute path of its own (not /)")
+        return v
+
+    @field_validator("log_max_size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not re.match(r"^\d+[kmg]$", v):
+            raise ValueError("expected a size like 100m")
+        return v
+
+
+ROLE = Role("docker", Settings, "Docker engine, daemon.json (log rotation, live-restore, ulimits, nvidia runtime)",
+            order=40)
 
 
 def daemon_config(cfg: HostConfig) -> dict:
-    """The daemon.json content for a host."""
-    d = cfg.docker
+    """The daemon.json content for a host (the only writer of the nvidia runtime entry)."""
+    d: Settings = cfg.docker
     config: dict = {
         "log-driver": "json-file",
         "log-opts": {"max-size": d.log_max_size, "max-file": str(d.log_max_file)},
@@ -47,28 +65,23 @@ def daemon_config(cfg: HostConfig) -> dict:
     }
     if d.data_root:
         config["data-root"] = d.data_root
-    if cfg.is_gpu:
-        # The same entry `nvidia-ctk runtime configure --runtime=docker` writes.
+    if cfg.instance.is_gpu:
+        # The entry `nvidia-ctk runtime configure --runtime=docker` would write.
         config["runtimes"] = {"nvidia": {"path": "nvidia-container-runtime", "args": []}}
     return config
 
 
-@deploy("Docker engine", data_defaults=DEFAULTS)
+@deploy("Docker engine")
 def docker() -> None:
     cfg = config_for()
-    family = host.get_fact(PackageFamily)
-    if family == "apt":
-        if "docker-ce" in host.get_fact(DebPackages):
-            host.noop("docker-ce (Docker's own packages) is installed; the engine is left as it is")
-        else:
-            apt.packages(name="Docker engine package", packages=[cfg.docker.package_apt], no_recommends=True,
-                         update=apt_update_needed([cfg.docker.package_apt]), cache_time=3600)
+    if DOCKER_CE in host.get_fact(InstalledPackages):
+        host.noop("docker-ce (Docker's own packages) is installed; the engine is left as it is")
     else:
-        dnf.packages(name="Docker engine package", packages=[cfg.docker.package_dnf])
+        platform.install("Docker engine package", [cfg.docker.package or "docker"])
     if cfg.docker.data_root:
         files.directory(name="Docker data-root", path=cfg.docker.data_root, mode="711")
     daemon_json = files.template(name="daemon.json", src=str(template_path("docker/daemon.json.j2")),
                                  dest="/etc/docker/daemon.json", mode="644", config=daemon_config(cfg))
     systemd.service(name="Docker running and enabled", service="docker.service", running=True, enabled=True)
-    systemd.service(name="Restart Docker for the new daemon.json", service="docker.service", running=None, restarted=True,
-                    _if=daemon_json.did_change)
+    systemd.service(name="Restart Docker for the new daemon.json", service="docker.service", running=None,
+                    restarted=True, _if=daemon_json.did_change)

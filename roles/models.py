@@ -1,23 +1,74 @@
 """Model repository on the host. Today: a copy of a controller-side directory (``models_source``);
-the S3 sync agent replaces this with incremental, verified, atomic syncs."""
+the S3 sync agent (host-side room) takes over with incremental, verified, atomic syncs."""
 
 from __future__ import annotations
 
+import os
+import re
+
+from pydantic import Field, field_validator
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from roles.preflight import config_for
+from roles.context import config_for
+from tritonfleet.config import FieldProblem, HostConfig, Role, RoleSettings, http_url
 
-DEFAULTS = {
-    # Controller-side model repository to copy to the host (None: leave models_dir as it is).
-    "models_source": None,
-    # Model repository on the host, mounted read-only into every Triton container at /models.
-    "models_dir": "/opt/tritonfleet/models",
-}
+_S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
 
-@deploy("Models", data_defaults=DEFAULTS)
+class Settings(RoleSettings):
+    source: str | None = Field(None, description=(
+        "Controller-side model repository to copy to the host (None: leave models_dir as it is)."))
+    dir: str = Field("/opt/tritonfleet/models", description=(
+        "Model repository on the host, mounted read-only into every Triton container at /models."))
+    s3_uri: str | None = Field(None, description="s3://bucket/prefix of the model repository (S3 sync).")
+    s3_endpoint: str | None = Field(None, description="S3 endpoint URL; None = AWS's for the region.")
+    s3_region: str | None = Field(None, description="S3 region, e.g. us-east-1; None = the host's default.")
+
+    @field_validator("dir")
+    @classmethod
+    def _abs(cls, v: str) -> str:
+        if not v.startswith("/") or v.rstrip("/") in ("", "/etc", "/usr", "/var"):
+            raise ValueError("expected an absolute directory of its own, e.g. /opt/tritonfleet/models")
+        return v.rstrip("/")
+
+    @field_validator("s3_uri")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        if v is not None and not _S3_URI.match(v):
+            raise ValueError("expected s3://bucket/prefix")
+        return v
+
+    @field_validator("s3_region")
+    @classmethod
+    def _region(cls, v: str | None) -> str | None:
+        if v is not None and not _REGION.match(v):
+            raise ValueError("expected a region name like us-east-1")
+        return v
+
+    _endpoint = field_validator("s3_endpoint")(lambda v: http_url(v))
+
+
+def model_names(cfg: HostConfig) -> list[str]:
+    """Model directories of the controller-side repository (those with a config.pbtxt)."""
+    src = cfg.models.source
+    if not src or not os.path.isdir(src):
+        return []
+    return sorted(d for d in os.listdir(src) if os.path.isfile(os.path.join(src, d, "config.pbtxt")))
+
+
+def _checks(cfg: HostConfig) -> None:
+    src = cfg.models.source
+    if src is not None and not os.path.isdir(src):
+        raise FieldProblem("models_source", src, "no such directory on the controller")
+
+
+ROLE = Role("models", Settings, "the model repository on the host", checks=_checks, order=60)
+
+
+@deploy("Models")
 def models() -> None:
     cfg = config_for()
     files.directory(name="Model repository directory", path=cfg.models.dir, mode="755")

@@ -1,87 +1,74 @@
-"""NVIDIA GPU hosts: driver branch, nvidia-container-toolkit (signed repo) and the Docker runtime
-entry (``nvidia-ctk runtime configure``); verified with ``nvidia-smi``. Does nothing on other hosts."""
+"""NVIDIA GPU hosts: driver branch and nvidia-container-toolkit (signed repository), verified with
+``nvidia-smi``. The Docker ``nvidia`` runtime entry has one writer, the docker role's daemon.json.
+Does nothing on other hosts."""
 
 from __future__ import annotations
 
-from io import StringIO
+import re
 
+from pydantic import Field, field_validator
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, dnf, files, server, systemd
 
-from roles import operations
-from roles.facts import CommandSucceeds, PackageFamily
-from roles.preflight import config_for
-from tritonfleet.templating import template_path
+from roles import platform
+from roles.context import config_for
+from roles.operations.accelerators import verify_gpus
+from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, http_url
+from tritonfleet.fingerprints import fingerprint
 
-DEFAULTS = {
-    # NVIDIA driver branch.
-    "nvidia_driver_branch": "550",
-    # Driver package on apt hosts ({branch} is substituted).
-    "nvidia_driver_package_apt": "nvidia-driver-{branch}-server",
-    # Driver package on dnf hosts; None: the AMI provides the driver (AL2023 GPU DLAMIs) — NVIDIA's
-    # CUDA repository for Amazon Linux is not managed by tritonfleet.
-    "nvidia_driver_package_dnf": None,
-    # nvidia-container-toolkit flat apt repository.
-    "nvidia_toolkit_apt_url": "https://nvidia.github.io/libnvidia-container/stable/deb/amd64",
-    # nvidia-container-toolkit rpm repository.
-    "nvidia_toolkit_yum_url": "https://nvidia.github.io/libnvidia-container/stable/rpm/x86_64",
-    # Repository key URL; None = https://nvidia.github.io/libnvidia-container/gpgkey.
-    "nvidia_key_url": None,
-    # Expected key fingerprint (required on GPU hosts).
-    "nvidia_key_fingerprint": None,
-    # Optional nvidia-container-toolkit version pattern, e.g. "1.17.*".
-    "nvidia_toolkit_version": None,
-}
-
-DAEMON_JSON = "/etc/docker/daemon.json"
+REPO_ID = "nvidia-container-toolkit"
+TOOLKIT = "nvidia-container-toolkit"
 
 
-@deploy("NVIDIA", data_defaults=DEFAULTS)
+class Settings(RoleSettings):
+    driver_branch: str = Field("550", description="NVIDIA driver branch (e.g. 550).")
+    driver_package: str | None = Field(None, description=(
+        "Driver package ({branch} is substituted); None = the platform's (nvidia-driver-{branch}-server on "
+        "Ubuntu/Debian; none on Amazon Linux 2023, whose GPU DLAMIs ship the driver)."))
+    toolkit_apt_url: str = Field("https://nvidia.github.io/libnvidia-container/stable/deb/amd64",
+                                 description="nvidia-container-toolkit flat apt repository.")
+    toolkit_yum_url: str = Field("https://nvidia.github.io/libnvidia-container/stable/rpm/x86_64",
+                                 description="nvidia-container-toolkit rpm repository.")
+    key_url: str | None = Field(None, description="Repository key URL; None = https://nvidia.github.io/libnvidia-container/gpgkey.")
+    key_fingerprint: str | None = Field(None, description="Expected key fingerprint (required on GPU hosts).")
+    toolkit_version: str | None = Field(None, description='Optional nvidia-container-toolkit version pattern, e.g. "1.17.*".')
+
+    _urls = field_validator("toolkit_apt_url", "toolkit_yum_url", "key_url")(lambda v: http_url(v))
+    _fpr = field_validator("key_fingerprint")(lambda v: fingerprint(v))
+
+    @field_validator("driver_branch", mode="before")
+    @classmethod
+    def _branch(cls, v: object) -> str:
+        if isinstance(v, bool) or not re.match(r"^\d{3}$", str(v)):
+            raise ValueError("expected a driver branch like '550'")
+        return str(v)
+
+    def effective_key_url(self) -> str:
+        return self.key_url or "https://nvidia.github.io/libnvidia-container/gpgkey"
+
+
+def _checks(cfg: HostConfig) -> None:
+    if cfg.instance.is_gpu and not cfg.nvidia.key_fingerprint:
+        raise FieldProblem("nvidia_key_fingerprint", MISSING,
+                           "required on GPU hosts: the expected fingerprint of the nvidia-container-toolkit key")
+
+
+ROLE = Role("nvidia", Settings, "NVIDIA driver and container toolkit (signed repository), GPU check",
+            checks=_checks, order=30)
+
+
+@deploy("NVIDIA")
 def nvidia() -> None:
     cfg = config_for()
-    if not cfg.is_gpu:
+    if not cfg.instance.is_gpu:
         host.noop(f"{cfg.instance.name} has no NVIDIA GPUs")
         return
-    family = host.get_fact(PackageFamily)
-    toolkit = "nvidia-container-toolkit"
-    pins = {toolkit: cfg.nvidia.toolkit_version} if cfg.nvidia.toolkit_version else {}
-    if family == "apt":
-        key = "/etc/apt/keyrings/nvidia-container-toolkit.gpg"
-        files.directory(name="apt keyrings dir", path="/etc/apt/keyrings", mode="755")
-        operations.keyring(name="nvidia-container-toolkit key (fingerprint checked)",
-                           src=cfg.nvidia.effective_key_url(), dest=key, fingerprint=cfg.nvidia.key_fingerprint)
-        # The whole file: a line from NVIDIA's instructions with another signed-by would conflict.
-        repo = files.put(name="nvidia-container-toolkit repository", mode="644",
-                         dest="/etc/apt/sources.list.d/nvidia-container-toolkit.list",
-                         src=StringIO(f"deb [signed-by={key}] {cfg.nvidia.toolkit_apt_url} /\n"))
-        apt.update(name="apt-get update (NVIDIA repository changed)", _if=[repo.did_change])
-        apt.packages(name="NVIDIA driver", packages=[cfg.nvidia.driver_package("apt")], no_recommends=True)
-        if pins:
-            operations.pinned_packages(name="nvidia-container-toolkit (pinned)", pins=pins, family="apt")
-        else:
-            apt.packages(name="nvidia-container-toolkit", packages=[toolkit], no_recommends=True)
-    else:
-        key = "/etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"
-        operations.keyring(name="nvidia-container-toolkit key (fingerprint checked)",
-                           src=cfg.nvidia.effective_key_url(), dest=key, fingerprint=cfg.nvidia.key_fingerprint,
-                           armored=True)
-        files.template(name="nvidia-container-toolkit repository",
-                       src=str(template_path("nvidia/nvidia-container-toolkit.repo.j2")),
-                       dest="/etc/yum.repos.d/nvidia-container-toolkit.repo", mode="644",
-                       url=cfg.nvidia.toolkit_yum_url, key_path=key)
-        driver = cfg.nvidia.driver_package("dnf")
-        if driver:
-            dnf.packages(name="NVIDIA driver", packages=[driver])
-        if pins:
-            operations.pinned_packages(name="nvidia-container-toolkit (pinned)", pins=pins, family="dnf")
-        else:
-            dnf.packages(name="nvidia-container-toolkit", packages=[toolkit])
-    configured = host.get_fact(CommandSucceeds, command=f"grep -q '\"nvidia\"' {DAEMON_JSON}")
-    ctk = server.shell(name="nvidia-ctk runtime configure --runtime=docker",
-                       commands=["nvidia-ctk runtime configure --runtime=docker"],
-                       _if=lambda: not configured)
-    systemd.service(name="Restart Docker (runtime added)", service="docker.service", running=None, restarted=True,
-                    _if=ctk.did_change)
-    operations.verify_gpus(name="GPUs match the instance type", instance_type=cfg.instance.name,
-                           expected=cfg.instance.device_count)
+    n: Settings = cfg.nvidia
+    platform.signed_repo("nvidia-container-toolkit", REPO_ID, key_url=n.effective_key_url(),
+                         fingerprint=n.key_fingerprint, apt_url=n.toolkit_apt_url, apt_suite="/",
+                         yum_url=n.toolkit_yum_url, gpgcheck=False, repo_gpgcheck=True)
+    driver = n.driver_package.format(branch=n.driver_branch) if n.driver_package else "nvidia-driver"
+    platform.install("NVIDIA driver", [driver], branch=n.driver_branch)
+    platform.install("nvidia-container-toolkit", {TOOLKIT: n.toolkit_version})
+    verify_gpus(name="GPUs match the instance type", instance_type=cfg.instance.name,
+                expected=cfg.instance.device_count)

@@ -1,67 +1,65 @@
 """Preflight: validate every host's data into a typed :class:`~tritonfleet.config.HostConfig` once,
-before any operation is queued. Roles read :func:`config_for`, never ``host.data`` directly."""
+before any operation is queued. Roles read :func:`roles.context.config_for`, never ``host.data``.
+
+Per host it reads two facts: the OS (``LinuxDistribution``, mapped to one supported
+:class:`~tritonfleet.platforms.Platform`) and, only when ``instance_type`` is not in the data, the
+instance type from IMDS. Every bad host is reported, one line each, and nothing runs on any host.
+"""
 
 from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.facts.server import LinuxDistribution
 
-from roles.facts import ImdsInstanceType
-from tritonfleet.config import ConfigError, HostConfig, load_host_config
+from roles import all_roles, context
+from roles.context import config_for
+from roles.facts.system import ImdsInstanceType
+from tritonfleet.config import DEFAULT_IMDS, ConfigError, HostConfig, load_host_config
+from tritonfleet.platforms import UnsupportedPlatform, from_distribution
+
+__all__ = ["PreflightError", "config_for", "preflight", "validate_all"]
 
 
 class PreflightError(PyinfraError):
     """Bad host data; raised before any host is changed."""
 
 
-def role_defaults() -> dict:
-    """Every role's ``DEFAULTS`` merged (host and group data override them)."""
-    from roles import base, docker, models, neuron, nvidia, triton
-
-    merged: dict = {}
-    for role in (base, docker, neuron, nvidia, triton, models):
-        merged.update(role.DEFAULTS)
-    return merged
-
-
-def _validate(h) -> HostConfig:
+def _validate(h, roles) -> HostConfig:
     data = h.data.dict()
-    endpoint = data.get("imds_endpoint") or "http://169.254.169.254"
-    return load_host_config(
-        h.name, data, role_defaults(),
-        instance_type_lookup=lambda: h.get_fact(ImdsInstanceType, endpoint=endpoint),
-    )
+    try:
+        platform = from_distribution(h.get_fact(LinuxDistribution))
+    except UnsupportedPlatform as exc:
+        raise ConfigError(h.name, "platform", None, str(exc)) from None
+    endpoint = data.get("imds_endpoint") or DEFAULT_IMDS
+    return load_host_config(h.name, data, roles, platform=platform,
+                            instance_type_lookup=lambda: h.get_fact(ImdsInstanceType, endpoint=endpoint))
 
 
-def validate_all() -> dict[str, HostConfig]:
+def validate_all(state=None) -> dict[str, HostConfig]:
     """Validate every host of the inventory (once per run); raise with one line per bad host."""
-    state = host.state
-    cached = getattr(state, "_tritonfleet_configs", None)
+    state = state or host.state
+    cached = context.stored(state)
     if cached is not None:
         return cached
-    errors = []
-    configs = {}
+    roles = all_roles()
+    errors, configs = [], {}
     hosts = list(state.inventory.iter_activated_hosts()) or list(state.inventory)
     for h in sorted(hosts, key=lambda x: x.name):
         try:
-            configs[h.name] = _validate(h)
+            configs[h.name] = _validate(h, roles)
         except ConfigError as exc:
             errors.append(str(exc))
     if errors:
         raise PreflightError("preflight failed, nothing was changed:\n  " + "\n  ".join(errors))
-    state._tritonfleet_configs = configs
+    context.store(state, configs)
     return configs
-
-
-def config_for(h=None) -> HostConfig:
-    """The validated config of ``h`` (default: the current host)."""
-    h = h or host
-    return validate_all()[h.name]
 
 
 @deploy("Preflight")
 def preflight() -> None:
-    """Validate all hosts' data (instance type, placement, versions, keys) before anything changes."""
-    cfg = config_for()
-    host.noop(f"{cfg.instance.name}: {len(cfg.placements)} Triton server(s) placed")
+    """Validate all hosts' data (OS, instance type, placement, versions, keys) before anything changes."""
+    cfg = validate_all()[host.name]
+    host.noop(f"{cfg.platform.name if cfg.platform else '?'}, {cfg.instance.name}: "
+              f"{len(cfg.triton.placements)} Triton server(s) placed")

@@ -1,7 +1,7 @@
 """Instance catalog: accelerator facts for the EC2 instance types tritonfleet provisions.
 
 The static table covers every size of inf1, inf2, trn1, trn1n and trn2 and the usual NVIDIA GPU
-families (g4dn, g5, g6, g6e, p4d, p5). Sources (see /work/shared/research/neuron-ec2.md §2):
+families (g4dn, g5, g6, g6e, p4d, p5). Sources (see the research note neuron-ec2.md §2):
 
 - Neuron sizes: the Neuron SDK architecture pages (inf1/inf2/trn1/trn2-arch.rst).
 - GPU sizes: the AWS Batch "GPU jobs" table and the EC2 accelerated-computing docs.
@@ -101,6 +101,12 @@ class InstanceType:
             return arch
         match = re.match(r"(inf|trn)\d+", self.family)
         return match.group(0) if match else None
+
+    @property
+    def runtime_in_framework(self) -> bool:
+        """inf1 only: the Neuron runtime ships inside the framework (torch-neuron), the host driver stays on
+        the last line that supports inf1, and no aws-neuronx-runtime-lib goes into images or onto hosts."""
+        return self.neuron_arch == "inf1"
 
     @property
     def device_memory_bytes(self) -> int:

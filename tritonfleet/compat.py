@@ -33,6 +33,7 @@ __all__ = [
     "min_driver_for_runtime",
     "check_driver_runtime",
     "driver_pin",
+    "version_pin",
     "at_least",
 ]
 
@@ -57,6 +58,14 @@ NEURON_RELEASES: dict[str, dict[str, str]] = {
 }
 
 DEFAULT_SDK_RELEASE = "2.32.0"
+
+#: pip packages baked into a built Triton image, pinned so that one Dockerfile (one image tag) always
+#: resolves to the same frameworks. inf2/trn: the SDK 2.32 documentation's pins (torch-neuronx is the 2.31
+#: build; 2.32.0 shipped none). inf1: the frozen last series (Inf1 frameworks get no new releases).
+FRAMEWORK_PINS: dict[str, list[str]] = {
+    "inf1": ["torch-neuron==1.13.1.*", "neuron-cc[tensorflow]==1.*"],
+    "neuronx": ["torch-neuronx==2.9.0.2.15.32035", "neuronx-cc==2.27.5334.0"],
+}
 
 #: Last aws-neuronx-dkms line that supports Inf1 (correction announcement 2026-03-12, neuron-ec2.md §1.5).
 INF1_DKMS_PIN = "2.24.*"
@@ -217,12 +226,27 @@ def check_driver_runtime(
     )
 
 
-def driver_pin(neuron_arch: str | None, release: str = DEFAULT_SDK_RELEASE) -> str:
-    """The ``aws-neuronx-dkms`` apt/dnf version pin for a host: ``2.24.*`` on inf1, else ``<release dkms>*``.
+def version_pin(version: str) -> str:
+    """The apt/dnf version pattern that selects ``version``, matching whole components only.
+
+    A full four-part version keeps a suffix open (``2.30.2.0`` -> ``2.30.2.0*``, for ``-dkms``-style
+    revisions); a shorter one becomes a component prefix (``2.29`` -> ``2.29.*``, which does not match
+    ``2.290``). A value that already is a pattern (``2.24.*``) is returned as it is. This is the one rule
+    for every package pin.
+    """
+    v = parse_version(version)
+    if v.wildcard:
+        return str(v)
+    return f"{v}*" if len(v.parts) >= 4 else f"{v}.*"
+
+
+def driver_pin(neuron_arch: str | None, release: str = DEFAULT_SDK_RELEASE,
+               releases: dict[str, dict[str, str]] | None = None, inf1_pin: str = INF1_DKMS_PIN) -> str:
+    """The ``aws-neuronx-dkms`` apt/dnf version pin for a host: ``2.24.*`` on inf1, else the release's driver
+    through :func:`version_pin`.
 
     Raises ``KeyError`` for a release not in the table or without a recorded driver.
     """
     if neuron_arch == "inf1":
-        return INF1_DKMS_PIN
-    dkms = NEURON_RELEASES[release][DKMS]
-    return f"{dkms}*" if len(parse_version(dkms).parts) >= 4 else f"{dkms}.*"
+        return inf1_pin
+    return version_pin((releases or NEURON_RELEASES)[release][DKMS])

@@ -1,9 +1,11 @@
 """Device/core placement of Triton servers (containers) on one host. Pure logic.
 
-Host data ``triton_servers`` is a list of server mappings; each may set ``name``, ``devices`` (Neuron device
-indices), ``cores`` (global NeuronCore ids, on the server's own devices), ``gpus`` (GPU hosts only),
-``http_port``, ``grpc_port``, ``metrics_port`` and ``bind_address``. :func:`place` validates it against an
-:class:`~tritonfleet.catalog.InstanceType` and resolves defaults into :class:`Placement` records.
+Host data ``triton_servers`` is a list of :class:`ServerSpec` (typed at the edge, by the triton role's
+settings); each may set ``name``, ``devices`` (Neuron device indices), ``cores`` (global NeuronCore ids, on
+the server's own devices), ``gpus`` (GPU hosts only), ``http_port``, ``grpc_port``, ``metrics_port`` and
+``bind_address``. A spec checks what one server can get wrong on its own; :func:`place` checks it against
+an :class:`~tritonfleet.catalog.InstanceType` and the other servers, and resolves defaults into
+:class:`Placement` records.
 
 Neuron rules enforced (neuron-ec2.md §3.4, §4.1): one ``--device=/dev/neuronN`` per device; a server's
 devices and cores are contiguous; NeuronCores are never shared between processes/containers. This module
@@ -14,22 +16,60 @@ container (``--device=/dev/neuron12 --device=/dev/neuron13 --env NEURON_RT_VISIB
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
 from tritonfleet.catalog import InstanceType
 
-__all__ = ["Placement", "PlacementError", "place", "format_core_range", "SERVER_KEYS"]
+__all__ = ["Placement", "PlacementError", "ServerSpec", "IPAddress", "place", "format_core_range"]
 
-#: Keys a ``triton_servers`` entry may have.
-SERVER_KEYS = ("name", "devices", "cores", "gpus", "http_port", "grpc_port", "metrics_port", "bind_address")
 _PORT_KEYS = ("http_port", "grpc_port", "metrics_port")
 _FIELD = "triton_servers"
-_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")  # docker container name rule
+
+
+def _ip(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError("expected an IPv4 or IPv6 address") from None
+    return value
+
+
+#: An IP address given as a string, validated once wherever a bind address is read.
+IPAddress = Annotated[str, Strict(), AfterValidator(_ip)]
+_Id = Annotated[int, Strict()]  # ranges are checked against the instance type by place()
+_Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
+
+
+class ServerSpec(BaseModel):
+    """One ``triton_servers`` entry. Omitted fields take the defaults :func:`place` computes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(None, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$",
+                             description="container name (default triton, or triton-<index>)")
+    devices: list[_Id] | None = Field(None, description="Neuron device indices (contiguous)")
+    cores: list[_Id] | None = Field(None, description="global NeuronCore ids on its devices")
+    gpus: list[_Id] | None = Field(None, description="GPU indices (GPU hosts)")
+    http_port: _Port | None = None
+    grpc_port: _Port | None = None
+    metrics_port: _Port | None = None
+    bind_address: IPAddress | None = None
+
+    @field_validator("devices", "cores", "gpus")
+    @classmethod
+    def _unique(cls, ids: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if ids is not None:
+            if not ids:
+                raise ValueError(f"{info.field_name} must not be empty (omit the key for the default)")
+            dupes = sorted({v for v in ids if ids.count(v) > 1})
+            if dupes:
+                raise ValueError(f"duplicate {info.field_name} {_fmt(dupes)}")
+        return ids
 
 
 @dataclass(frozen=True)
@@ -54,6 +94,11 @@ class Placement:
     grpc_port: int
     metrics_port: int
     bind_address: str
+
+    @property
+    def local_address(self) -> str:
+        """Where the host itself reaches this server (loopback for a wildcard bind address)."""
+        return "127.0.0.1" if ipaddress.ip_address(self.bind_address).is_unspecified else self.bind_address
 
     @property
     def ports(self) -> dict[str, int]:
@@ -93,24 +138,6 @@ def format_core_range(cores: Iterable[int]) -> str:
     return ",".join(runs)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int_list(field: str, value: Any, what: str) -> list[int]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise PlacementError(field, value, f"{what} must be a list of integers, e.g. [0, 1]")
-    if not all(_is_int(v) for v in value):
-        raise PlacementError(field, value, f"{what} must be a list of integers, e.g. [0, 1]")
-    items = list(value)
-    if not items:
-        raise PlacementError(field, items, f"{what} must not be empty (omit the key for the default)")
-    dupes = sorted({v for v in items if items.count(v) > 1})
-    if dupes:
-        raise PlacementError(field, items, f"duplicate {what} {_fmt(dupes)}")
-    return items
-
-
 def _fmt(ids: Sequence[int]) -> str:
     """``format_core_range`` that also copes with (invalid) negative ids."""
     if any(i < 0 for i in ids):
@@ -127,14 +154,6 @@ def _have(kind: str, count: int) -> str:
     return f"{kind} 0" if count == 1 else f"{kind}s 0-{count - 1}"
 
 
-def _check_port(field: str, value: Any) -> int:
-    if not _is_int(value):
-        raise PlacementError(field, value, "port must be an integer")
-    if not 1 <= value <= 65535:
-        raise PlacementError(field, value, "port must be in 1..65535")
-    return value
-
-
 def _overlaps(a: str, b: str) -> bool:
     """Two bind addresses conflict on a port if equal or if either is a wildcard address."""
     if a == b:
@@ -144,25 +163,21 @@ def _overlaps(a: str, b: str) -> bool:
 
 def place(
     itype: InstanceType,
-    servers: list[dict] | None = None,
+    servers: Sequence[ServerSpec] | None = None,
     *,
     base_ports: tuple[int, int, int] = (8000, 8001, 8002),
     port_stride: int = 10,
     bind_address: str = "0.0.0.0",
 ) -> list[Placement]:
-    """Validate ``servers`` (host data ``triton_servers``) for ``itype`` and resolve every server's placement.
+    """Check ``servers`` against ``itype`` and each other, and resolve every server's placement.
 
     ``None`` or ``[]`` means one server with every device/core (GPU hosts: every GPU). Servers without
     ``devices`` (``gpus`` on GPU hosts) split the devices nobody claimed evenly and contiguously, in order.
     ``cores`` defaults to all cores of the server's devices. Ports default to ``base + index * port_stride``.
     Raises :class:`PlacementError` naming the offending field.
     """
-    if servers is None:
-        servers = []
-    if isinstance(servers, (str, bytes, Mapping)) or not isinstance(servers, Sequence):
-        raise PlacementError(_FIELD, servers, "must be a list of server mappings")
-    entries: list[Mapping[str, Any]] = list(servers) or [{}]
-    neuron = itype.accelerator == "neuron"
+    entries: list[ServerSpec] = list(servers or []) or [ServerSpec()]
+    neuron = itype.is_neuron
     unit = "device" if neuron else "GPU"
     alloc_key = "devices" if neuron else "gpus"
 
@@ -174,53 +189,25 @@ def place(
             f"and each server needs at least one of its own",
         )
 
-    # -- per-server shape: keys, types, own device/gpu lists ------------------------------------------
+    # -- what this instance type allows per server -----------------------------------------------------
     explicit: list[list[int] | None] = []
     for i, server in enumerate(entries):
         where = f"{_FIELD}[{i}]"
-        if not isinstance(server, Mapping):
-            raise PlacementError(where, server, "must be a mapping of server settings")
-        for key in server:
-            if key not in SERVER_KEYS:
-                hint = difflib.get_close_matches(str(key), SERVER_KEYS, n=1)
-                did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-                raise PlacementError(
-                    f"{where}.{key}",
-                    server[key],
-                    f"unknown key{did_you_mean}; allowed: {', '.join(SERVER_KEYS)}",
-                )
-        wrong = ("devices", "cores") if not neuron else ("gpus",)
-        for key in wrong:
-            if key in server:
+        for key in (("devices", "cores") if not neuron else ("gpus",)):
+            if getattr(server, key) is not None:
                 kind, use = ("a GPU", "gpus") if not neuron else ("a Neuron", "devices/cores")
-                raise PlacementError(
-                    f"{where}.{key}",
-                    server[key],
-                    f"{key} is not valid on {itype.name}, which is {kind} host (use {use})",
-                )
-        if "name" in server:
-            name = server["name"]
-            if not isinstance(name, str) or not _NAME_RE.match(name):
-                raise PlacementError(
-                    f"{where}.name", name, "container name must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"
-                )
-        if "bind_address" in server:
-            _check_bind_address(f"{where}.bind_address", server["bind_address"])
-
-        if alloc_key not in server:
+                raise PlacementError(f"{where}.{key}", getattr(server, key),
+                                     f"{key} is not valid on {itype.name}, which is {kind} host (use {use})")
+        ids = getattr(server, alloc_key)
+        if ids is None:
             explicit.append(None)
             continue
         field = f"{where}.{alloc_key}"
-        ids = _int_list(field, server[alloc_key], alloc_key)
         outside = [d for d in ids if not 0 <= d < itype.device_count]
         if outside:
             noun = unit if len(outside) == 1 else f"{unit}s"
-            raise PlacementError(
-                field,
-                ids,
-                f"{noun} {_fmt(outside)} not on {itype.name} "
-                f"({itype.name} has {_have(unit, itype.device_count)})",
-            )
+            raise PlacementError(field, ids, f"{noun} {_fmt(outside)} not on {itype.name} "
+                                             f"({itype.name} has {_have(unit, itype.device_count)})")
         if neuron and not _contiguous(ids):
             raise PlacementError(
                 field, ids, f"devices must be contiguous ({itype.name} has {_have(unit, itype.device_count)})"
@@ -272,11 +259,11 @@ def place(
     core_sets: list[list[int]] = []
     for i, server in enumerate(entries):
         owned = [c for d in allocated[i] for c in itype.cores_of_device(d)] if neuron else []
-        if not neuron or "cores" not in server:
+        if not neuron or server.cores is None:
             core_sets.append(owned)
             continue
         field = f"{_FIELD}[{i}].cores"
-        cores = _int_list(field, server["cores"], "cores")
+        cores = list(server.cores)
         foreign = sorted(c for c in cores if c not in owned)
         if foreign:
             raise PlacementError(
@@ -302,25 +289,18 @@ def place(
         core_owner.update(dict.fromkeys(cores, i))
 
     # -- ports, names, addresses ------------------------------------------------------------------------
-    default_bind = _check_bind_address("bind_address", bind_address)
-    if len(base_ports) != 3 or not all(_is_int(p) for p in base_ports):
-        raise PlacementError("base_ports", base_ports, "must be three integers (http, grpc, metrics)")
-    if not _is_int(port_stride) or port_stride < 0:
-        raise PlacementError("port_stride", port_stride, "must be a non-negative integer")
-
     single = len(entries) == 1
     placements: list[Placement] = []
     used_ports: list[tuple[int, str, str]] = []  # (port, bind address, field)
     names: dict[str, int] = {}
     for i, server in enumerate(entries):
         where = f"{_FIELD}[{i}]"
-        address = server.get("bind_address", default_bind)
+        address = server.bind_address or bind_address
         ports: dict[str, int] = {}
         for key, base in zip(_PORT_KEYS, base_ports, strict=True):
             field = f"{where}.{key}"
-            if key in server:
-                port = _check_port(field, server[key])
-            else:
+            port = getattr(server, key)
+            if port is None:
                 port = base + i * port_stride
                 if not 1 <= port <= 65535:
                     raise PlacementError(
@@ -337,7 +317,7 @@ def place(
             ports[key] = port
         used_ports.extend((port, address, f"{where}.{key}") for key, port in ports.items())
 
-        name = server.get("name") or ("triton" if single else f"triton-{i}")
+        name = server.name or ("triton" if single else f"triton-{i}")
         if name in names:
             raise PlacementError(
                 f"{where}.name", name, f"container name already used by {_FIELD}[{names[name]}]"
@@ -364,13 +344,3 @@ def place(
             )
         )
     return placements
-
-
-def _check_bind_address(field: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise PlacementError(field, value, "bind address must be an IP address string")
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise PlacementError(field, value, "bind address must be an IPv4 or IPv6 address") from None
-    return value

@@ -7,16 +7,18 @@ import sys
 
 import pytest
 
-from roles.preflight import role_defaults
+from roles.efa import wanted as efa_wanted
+from roles.neuron import package_pins
+from tests.hostconfigs import host_config
 from tests.preflight_cases import BAD
-from tritonfleet.config import ConfigError, load_host_config
+from tritonfleet.config import ConfigError
 
 FPR = "A" * 40
 GOOD = {"neuron_key_fingerprint": FPR, "triton_repository_secret": "s" * 24}
 
 
 def cfg(itype: str, **data):
-    return load_host_config("h1", {**GOOD, "instance_type": itype, **data}, role_defaults())
+    return host_config({**GOOD, "instance_type": itype, **data})
 
 
 @pytest.mark.parametrize("itype,bad,field,msg", BAD)
@@ -28,39 +30,38 @@ def test_bad_data_is_one_line_naming_host_and_field(itype, bad, field, msg):
 
 
 def test_pins_follow_release_and_family():
-    assert cfg("inf2.xlarge").package_pins()["aws-neuronx-dkms"] == "2.30.2.0*"
-    assert cfg("inf1.6xlarge").package_pins()["aws-neuronx-dkms"] == "2.24.*"
+    assert package_pins(cfg("inf2.xlarge"))["aws-neuronx-dkms"] == "2.30.2.0*"
+    assert package_pins(cfg("inf1.6xlarge"))["aws-neuronx-dkms"] == "2.24.*"
     older = cfg("inf2.xlarge", neuron_sdk_release="2.28.0", neuron_install_runtime=True)
-    assert older.package_pins()["aws-neuronx-dkms"] == "2.26.5.0*"
-    assert older.package_pins()["aws-neuronx-runtime-lib"] == "2.30.50.0*"
-    assert "aws-neuronx-runtime-lib" not in cfg("inf1.6xlarge", neuron_install_runtime=True).package_pins()
+    assert package_pins(older)["aws-neuronx-dkms"] == "2.26.5.0*"
+    assert package_pins(older)["aws-neuronx-runtime-lib"] == "2.30.50.0*"
+    assert "aws-neuronx-runtime-lib" not in package_pins(cfg("inf1.6xlarge", neuron_install_runtime=True))
 
 
 def test_efa_only_on_instance_types_with_efa():
-    assert cfg("trn1.32xlarge", efa_key_fingerprint=FPR).efa_wanted()
-    assert not cfg("trn1.2xlarge").efa_wanted()
+    assert efa_wanted(cfg("trn1.32xlarge", efa_key_fingerprint=FPR))
+    assert not efa_wanted(cfg("trn1.2xlarge"))
     with pytest.raises(ConfigError, match="efa_key_fingerprint"):
         cfg("trn1.32xlarge")
 
 
 def test_instance_type_from_lookup_only_when_missing():
     calls = []
-    got = load_host_config("h1", GOOD, role_defaults(), instance_type_lookup=lambda: calls.append(1) or "inf2.8xlarge")
+    got = host_config(GOOD, instance_type_lookup=lambda: calls.append(1) or "inf2.8xlarge")
     assert got.instance.name == "inf2.8xlarge" and calls == [1]
-    load_host_config("h1", {**GOOD, "instance_type": "inf2.xlarge"}, role_defaults(),
-                     instance_type_lookup=lambda: calls.append(2) or "x")
+    host_config({**GOOD, "instance_type": "inf2.xlarge"},
+                instance_type_lookup=lambda: calls.append(2) or "x")
     assert calls == [1]
 
 
 def test_gpu_host_needs_no_neuron_key_but_a_toolkit_key():
     with pytest.raises(ConfigError, match="nvidia_key_fingerprint"):
-        load_host_config("g", {"instance_type": "g5.xlarge", "triton_repository_secret": "s" * 24}, role_defaults())
-    c = load_host_config("g", {"instance_type": "g5.12xlarge", "nvidia_key_fingerprint": FPR,
-                               "triton_repository_secret": "s" * 24, "triton_servers": [{"gpus": [0, 1]}, {}]},
-                         role_defaults())
-    assert [p.gpus_flag for p in c.placements] == ["device=0,1", "device=2,3"]
+        host_config({"instance_type": "g5.xlarge", "triton_repository_secret": "s" * 24})
+    c = host_config({"instance_type": "g5.12xlarge", "nvidia_key_fingerprint": FPR,
+                     "triton_repository_secret": "s" * 24, "triton_servers": [{"gpus": [0, 1]}, {}]})
+    assert [p.gpus_flag for p in c.triton.placements] == ["device=0,1", "device=2,3"]
 
 
 def test_readme_defaults_tables_are_current():
-    proc = subprocess.run([sys.executable, "-m", "tritonfleet.docgen", "--check"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "tritonfleet.face.docgen", "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

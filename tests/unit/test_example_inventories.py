@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from roles.preflight import role_defaults
-from tritonfleet.config import load_host_config
-from tritonfleet.status import load_inventory
+from tests.hostconfigs import host_config
+from tritonfleet.access.inventory import load_inventory
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
 
@@ -16,16 +15,18 @@ FPR = "C" * 40
 
 
 @pytest.mark.parametrize("name", ["inf1", "inf2", "trn1", "gpu"])
-def test_example_inventory_hosts_validate(name, monkeypatch):
+def test_example_inventory_hosts_validate(name, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # models_source is relative to where pyinfra runs
+    (tmp_path / "models").mkdir()
     for var in ("NEURON_KEY_FINGERPRINT", "EFA_KEY_FINGERPRINT", "NVIDIA_KEY_FINGERPRINT"):
         monkeypatch.setenv(var, FPR)
     monkeypatch.setenv("TRITONFLEET_REPOSITORY_SECRET", "fleet-secret-0123456789")
     hosts = load_inventory(INVENTORIES / f"{name}.py")
     assert hosts
     for host, data in hosts:
-        cfg = load_host_config(host, data, role_defaults())
+        cfg = host_config(data, name=host)
         assert cfg.instance.name == data["instance_type"]
-        assert cfg.placements
+        assert cfg.triton.placements
 
 
 def test_example_inventory_without_fingerprint_fails_preflight(monkeypatch):
@@ -33,7 +34,7 @@ def test_example_inventory_without_fingerprint_fails_preflight(monkeypatch):
     monkeypatch.setenv("TRITONFLEET_REPOSITORY_SECRET", "fleet-secret-0123456789")
     (host, data), *_ = load_inventory(INVENTORIES / "inf2.py")
     with pytest.raises(ValueError, match="neuron_key_fingerprint"):
-        load_host_config(host, data, role_defaults())
+        host_config(data, name=host)
 
 
 def test_inventory_data_priority_matches_pyinfra(tmp_path):

@@ -1,0 +1,1 @@
+"""Custom pyinfra facts, one module per subject (read-only commands, one command per fact)."""

@@ -1,0 +1,59 @@
+"""Docker on the host, read in one command: Triton containers, the images a run needs, server records."""
+
+from __future__ import annotations
+
+import json
+from shlex import quote
+
+from pyinfra.api import FactBase
+
+from tritonfleet import hostcontract as hc
+
+
+def _sections(output: list[str]) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in output:
+        if line.startswith("@@"):
+            current = line[2:].strip()
+            sections[current] = []
+        else:
+            sections.setdefault(current, []).append(line)
+    return sections
+
+
+class DockerState(FactBase[dict]):
+    """``{"containers": {name: summary}, "images": {ref: {id, labels, tags}}, "records": {name: ServerRecord}}``
+    for tritonfleet's Triton containers, the images ``images`` and the server records."""
+
+    @staticmethod
+    def default() -> dict:
+        return {"containers": {}, "images": {}, "records": {}}
+
+    def command(self, images: tuple[str, ...] = ()) -> str:
+        refs = " ".join(quote(i) for i in images)
+        return (
+            f"command -v docker >/dev/null || exit 0; echo '@@containers'; "
+            f"ids=$(docker ps -aq --filter {quote(hc.TRITON_FILTER)} 2>/dev/null); "
+            "[ -z \"$ids\" ] || docker inspect $ids 2>/dev/null; "
+            f"for i in {refs}; do echo \"@@image $i\"; docker image inspect --format '{{{{json .}}}}' \"$i\" 2>/dev/null; done; "
+            f"for f in {hc.SERVERS_DIR}/*.json; do [ -f \"$f\" ] || continue; echo \"@@record $f\"; cat \"$f\"; echo; done; true"
+        )
+
+    def process(self, output: list[str]) -> dict:
+        out = self.default()
+        for key, lines in _sections(output).items():
+            text = "\n".join(lines).strip()
+            if key == "containers" and text.startswith("["):
+                for c in json.loads(text):
+                    out["containers"][c["Name"].lstrip("/")] = hc.container_summary(c)
+            elif key.startswith("image ") and text.startswith("{"):
+                data = json.loads(text)
+                out["images"][key[6:]] = {"id": data.get("Id"),
+                                          "labels": (data.get("Config") or {}).get("Labels") or {},
+                                          "tags": data.get("RepoTags") or []}
+            elif key.startswith("record "):
+                record = hc.ServerRecord.from_json(text)
+                if record is not None:
+                    out["records"][record.name] = record
+        return out

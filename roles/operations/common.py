@@ -1,0 +1,39 @@
+"""Helpers shared by the operations: failing with a reason, running a script from templates/scripts."""
+
+from __future__ import annotations
+
+import functools
+import shlex
+
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand
+from pyinfra.api.hiddenvalue import HiddenValue
+
+from tritonfleet.templating import template_path
+
+
+def fail(message: str) -> StringCommand:
+    """A command that prints ``message`` on stderr and fails the operation with it."""
+    return StringCommand(f"echo {shlex.quote('ERROR: ' + message)} >&2; exit 1")
+
+
+def executing() -> bool:
+    """True while pyinfra executes (facts then show the state after earlier operations)."""
+    return bool(host.state.is_executing)
+
+
+@functools.cache
+def script_text(name: str) -> str:
+    return template_path(f"scripts/{name}").read_text()
+
+
+def script(name: str, *args: object, secret: str | None = None) -> StringCommand:
+    """Run ``templates/scripts/<name>`` with ``args`` in one remote command (``sh -c SCRIPT NAME ARGS``).
+
+    Arguments containing ``secret`` are masked in pyinfra's output (``-vv``, ``--debug``).
+    """
+    bits: list[object] = ["sh", "-c", QuoteString(script_text(name)), name]
+    for arg in args:
+        text = str(arg)
+        bits.append(QuoteString(HiddenValue(text) if secret and secret in text else text))
+    return StringCommand(*bits)

@@ -1,0 +1,119 @@
+"""Triton containers: compatibility gate, safe swap with a host record, pruning, health gate."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from roles.facts.accelerators import NeuronState
+from roles.facts.docker import DockerState
+from roles.facts.system import CommandSucceeds
+from roles.operations.common import executing, fail, script
+from tritonfleet import compat
+from tritonfleet import hostcontract as hc
+
+
+@operation()
+def neuron_compat_gate(image: str, runtime_from_data: str | None, neuron_arch: str | None = None):
+    """
+    Refuse to start Triton when the image's Neuron runtime needs a newer driver than the host has.
+
+    Acts at execute time; changes nothing. The runtime version comes from the image label
+    ``com.tritonfleet.neuron.runtime-lib`` (data overrides when the image has no label).
+
+    + image: Triton image reference
+    + runtime_from_data: aws-neuronx-runtime-lib version from host data, if any
+    + neuron_arch: inf1 | inf2 | trn1 | trn2 (inf1 hosts cannot take a newer driver)
+    """
+    if not executing():
+        return
+    info = host.get_fact(DockerState, images=(image,))["images"].get(image) or {}
+    runtime = (info.get("labels") or {}).get(hc.LABEL_IMAGE_RUNTIME) or runtime_from_data
+    driver = host.get_fact(NeuronState).get("driver_package")
+    if not runtime:
+        host.noop("image declares no Neuron runtime version; gate skipped")
+        return
+    if not driver:
+        yield fail("no aws-neuronx-dkms on the host: run deploys/neuron.py (the driver goes on the host)")
+        return
+    try:
+        compat.check_driver_runtime(driver, runtime, neuron_arch=neuron_arch)
+    except compat.CompatibilityError as exc:
+        yield fail(str(exc))
+        return
+    host.noop(f"runtime {runtime} works with driver {driver}")
+
+
+@operation()
+def triton_container(container: str, image: str, spec_hash: str, run_args: list[str], command: list[str],
+                     secret: str | None = None):
+    """
+    One Triton container, recreated only when its spec (``spec_hash``) or image changes.
+
+    A changed container is swapped safely (``templates/scripts/triton-swap.sh``): the old one is kept
+    aside while the new one starts and is put back if ``docker run`` fails. Then the host record
+    (:mod:`tritonfleet.hostcontract`, 0600, secret redacted) is written; its ``previous`` changes only
+    when a different spec replaces the current one.
+
+    + container: container name
+    + image: image reference
+    + spec_hash: hash of everything that defines the container
+    + run_args: ``docker run`` options (devices, ulimits, env, ports, mounts, labels)
+    + command: tritonserver command line
+    + secret: a value kept out of the record and masked in pyinfra's output (the repository secret)
+    """
+    name = container
+    docker = host.get_fact(DockerState, images=(image,))
+    current = docker["containers"].get(name)
+    image_id = (docker["images"].get(image) or {}).get("id")
+    if current and current["spec"] == spec_hash and current["running"] and (
+            image_id is None or current["image_id"] == image_id):
+        host.noop(f"container {name} is up to date")
+        return
+    record = hc.ServerRecord(name=name, image=image, spec=spec_hash, run_args=hc.redact(run_args, secret),
+                             command=hc.redact(command, secret))
+    old = docker["records"].get(name)
+    if old is not None:
+        record = old.succeeded_by(record)
+    yield script("triton-swap.sh", name, hc.record_path(name), record.to_json(), "--",
+                 *run_args, image, *command, secret=secret)
+
+
+@operation()
+def triton_prune(keep: list[str]):
+    """
+    Remove tritonfleet Triton containers that are no longer placed on this host (they would hold
+    devices and ports the new placement needs).
+
+    + keep: container names of the current placement
+    """
+    stale = sorted(set(host.get_fact(DockerState)["containers"]) - set(keep))
+    if not stale:
+        host.noop("no stale Triton containers")
+        return
+    yield "docker rm -f " + " ".join(shlex.quote(n) for n in stale) + " >/dev/null"
+
+
+@operation()
+def triton_ready(container: str, url: str, models: list[str], timeout: int):
+    """
+    Health gate: wait for ``/v2/health/ready`` and every model's ready state on the host.
+
+    On failure, prints the reason and the first error lines of the container's log. Acts at execute
+    time; when the server is already ready it changes nothing.
+
+    + container: container name (for its state and logs)
+    + url: base URL as seen on the host, e.g. http://127.0.0.1:8000
+    + models: models that must be ready
+    + timeout: seconds
+    """
+    if not executing():
+        return
+    checks = [f"{url}/v2/health/ready"] + [f"{url}/v2/models/{m}/ready" for m in models]
+    probe = " && ".join(f"curl -fsS -m 2 -o /dev/null {shlex.quote(c)}" for c in checks)
+    if host.get_fact(CommandSucceeds, command=probe):
+        host.noop(f"{container} is ready ({len(models)} models)")
+        return
+    yield script("triton-ready.sh", container, url, int(timeout), *models)

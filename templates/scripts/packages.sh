@@ -1,0 +1,36 @@
+#!/bin/sh
+# Install (at version patterns) or remove packages with the host's package manager.
+# apt: waits for the dpkg lock (bounded, naming the holder), repairs an interrupted dpkg first, refreshes
+# the lists when they are older than the sources or an hour, and allows downgrades (pins converge).
+# usage: packages.sh apt|dnf install|remove LOCK_TIMEOUT SPEC...    (SPEC: name, name=pattern, name-pattern)
+set -eu
+family=$1 action=$2 lock_timeout=$3
+shift 3
+if [ "$family" = dnf ]; then
+  if [ "$action" = remove ]; then exec dnf remove -y "$@"; fi
+  exec dnf install -y --allowerasing "$@"
+fi
+export DEBIAN_FRONTEND=noninteractive
+lock=/var/lib/dpkg/lock-frontend
+holder() { pid=$(fuser "$lock" 2>/dev/null | tr -s ' ' | sed 's/^ //' | cut -d' ' -f1); [ -n "$pid" ] && ps -o pid=,args= -p "$pid" 2>/dev/null || true; }
+h=$(holder)
+[ -z "$h" ] || echo "waiting up to ${lock_timeout}s for the dpkg lock, held by: $h" >&2
+apt_opts="-o DPkg::Lock::Timeout=$lock_timeout"
+if [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+  echo "repairing an interrupted dpkg: dpkg --configure -a" >&2
+  dpkg --force-confdef --force-confold --configure -a >&2
+fi
+if [ "$action" = remove ]; then
+  # shellcheck disable=SC2086
+  exec apt-get $apt_opts remove -y -q "$@"
+fi
+cache=/var/cache/apt/pkgcache.bin
+if [ ! -e "$cache" ] || [ -n "$(find /etc/apt/sources.list /etc/apt/sources.list.d -newer "$cache" 2>/dev/null | head -n1)" ] \
+   || [ -z "$(find "$cache" -mmin -60 2>/dev/null)" ]; then
+  # shellcheck disable=SC2086
+  apt-get $apt_opts update -q >&2 || { h=$(holder); echo "ERROR: apt-get update failed${h:+ (dpkg lock held by: $h)}" >&2; exit 1; }
+fi
+# shellcheck disable=SC2086
+apt-get $apt_opts install -y -q --no-install-recommends --allow-downgrades \
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@" \
+  || { rc=$?; h=$(holder); echo "ERROR: apt-get install failed${h:+ (dpkg lock held by: $h)}" >&2; exit $rc; }

@@ -1,0 +1,48 @@
+"""The `tritonfleet` command line."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tritonfleet")
+def main() -> None:
+    """Provision and operate fleets of Triton Inference Server hosts."""
+
+
+@main.command()
+@click.option("--inventory", "-i", envvar="TRITONFLEET_INVENTORY", required=True,
+              help="pyinfra inventory file (or set TRITONFLEET_INVENTORY).")
+@click.option("--previous", is_flag=True, help="Also show what a rollback would return to (the host record).")
+def status(inventory: str, previous: bool) -> None:
+    """Table per host and Triton server: image, devices, cores, state, uptime, ready models, endpoint.
+
+    Exits non-zero when a host is out of reach or a server is not serving."""
+    from tritonfleet.face.status import fleet_status, print_status
+
+    try:
+        rows = fleet_status(inventory, previous=previous)
+    except SystemExit as exc:  # an inventory that refuses to load (e.g. sandbox not up)
+        raise click.ClickException(str(exc)) from None
+    except (OSError, SyntaxError) as exc:
+        raise click.ClickException(f"cannot read inventory {inventory}: {exc}") from None
+    print_status(rows, previous=previous)
+    if not all(r.get("serving") for r in rows):
+        raise SystemExit(1)
+
+
+def _register() -> None:
+    # Sub-command groups live next to the logic they drive; importing them here keeps
+    # `tritonfleet --help` complete while each module stays importable on its own.
+    from tritonfleet.genmodel.cli import gen_model
+    from tritonfleet.sandbox.cli import sandbox
+
+    main.add_command(sandbox)
+    main.add_command(gen_model)
+
+
+_register()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,131 @@
+"""The one contract for what tritonfleet leaves on a host: paths, container labels, the server record.
+
+The Triton role writes these, the pyinfra facts and ``tritonfleet status`` read them, and rollback (the
+fleet room) reads the record's ``previous``. Nothing else spells a label or a path.
+
+The server record ``/var/lib/tritonfleet/servers/<name>.json`` (mode 0600, secrets redacted)::
+
+    {"schema": 1, "name": "triton", "image": "...", "spec": "<hash>", "run_args": [...], "command": [...],
+     "previous": {<the record of the spec this one replaced>} | null}
+
+``previous`` changes only when a *different* spec replaces the current one; re-creating the same spec
+(after ``docker rm -f``) keeps the rollback target.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+STATE_DIR = "/var/lib/tritonfleet"
+SERVERS_DIR = f"{STATE_DIR}/servers"
+BUILD_DIR = f"{STATE_DIR}/build"
+IMAGES_DIR = f"{STATE_DIR}/images"
+OPT_DIR = "/opt/tritonfleet"
+
+#: Default header guarding Triton's restricted APIs. Lowercase: gRPC metadata keys are lowercase and
+#: Triton compares them exactly (gRPC clients send "triton-grpc-protocol-<header>").
+REPOSITORY_HEADER = "x-tritonfleet-repository-key"
+
+LABEL_PREFIX = "com.tritonfleet."
+LABEL_ROLE = LABEL_PREFIX + "role"
+LABEL_SERVER = LABEL_PREFIX + "server"
+LABEL_DEVICES = LABEL_PREFIX + "devices"
+LABEL_CORES = LABEL_PREFIX + "cores"
+LABEL_ENDPOINT = LABEL_PREFIX + "endpoint"
+LABEL_SPEC = LABEL_PREFIX + "spec"
+#: Label a built Neuron image carries: the aws-neuronx-runtime-lib version it installs.
+LABEL_IMAGE_RUNTIME = LABEL_PREFIX + "neuron.runtime-lib"
+ROLE_TRITON = "triton"
+#: ``docker ps --filter`` value selecting tritonfleet's Triton containers.
+TRITON_FILTER = f"label={LABEL_ROLE}={ROLE_TRITON}"
+
+#: Container ports of every Triton server (published per server on the host).
+CONTAINER_PORTS = {"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002}
+
+RECORD_SCHEMA = 1
+
+
+def record_path(name: str) -> str:
+    return f"{SERVERS_DIR}/{name}.json"
+
+
+def container_labels(server: str, devices: str, cores: str, endpoint: str) -> dict[str, str]:
+    return {LABEL_ROLE: ROLE_TRITON, LABEL_SERVER: server, LABEL_DEVICES: devices, LABEL_CORES: cores,
+            LABEL_ENDPOINT: endpoint}
+
+
+class ServerRecord(BaseModel):
+    """What a host remembers of one Triton server: the spec it runs and the one before it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    schema_: int = RECORD_SCHEMA
+    name: str
+    image: str
+    spec: str
+    run_args: list[str]
+    command: list[str]
+    previous: ServerRecord | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(_dump(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerRecord | None:
+        """Parse a record; None for an empty, unreadable or newer-schema file."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or int(data.get("schema", 1)) > RECORD_SCHEMA:
+            return None
+        return cls.model_validate(_load(data))
+
+    def succeeded_by(self, new: ServerRecord) -> ServerRecord:
+        """The record to write when ``new`` replaces this one: a different spec moves this one to
+        ``previous``; the same spec keeps this one's ``previous``."""
+        if new.spec == self.spec:
+            return new.model_copy(update={"previous": self.previous})
+        return new.model_copy(update={"previous": self.model_copy(update={"previous": None})})
+
+
+def _dump(rec: ServerRecord) -> dict[str, Any]:
+    return {"schema": rec.schema_, "name": rec.name, "image": rec.image, "spec": rec.spec,
+            "run_args": rec.run_args, "command": rec.command,
+            "previous": _dump(rec.previous) if rec.previous else None}
+
+
+def _load(data: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in data.items() if k != "schema"}
+    out["schema_"] = int(data.get("schema", 1))
+    if isinstance(out.get("previous"), dict):
+        out["previous"] = _load(out["previous"])
+    return out
+
+
+def container_summary(c: dict[str, Any]) -> dict[str, Any]:
+    """The parts of ``docker inspect`` (or the Docker API's container attrs) tritonfleet uses."""
+    labels = c["Config"].get("Labels") or {}
+    state = c["State"]
+    return {
+        "id": c["Id"],
+        "image": c["Config"]["Image"],
+        "image_id": c["Image"],
+        "spec": labels.get(LABEL_SPEC),
+        "running": state["Running"],
+        "restarting": state.get("Restarting", False),
+        "status": state["Status"],
+        "started_at": state.get("StartedAt", ""),
+        "restart_count": c.get("RestartCount", 0),
+        "devices": [d["PathOnHost"] for d in c["HostConfig"].get("Devices") or []],
+        "env": c["Config"].get("Env") or [],
+        "labels": labels,
+    }
+
+
+def redact(values: list[str], secret: str | None) -> list[str]:
+    """``values`` with ``secret`` replaced (records and logs never hold it)."""
+    return [v.replace(secret, "<redacted>") for v in values] if secret else list(values)
