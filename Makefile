@@ -15,7 +15,7 @@ ARGS      ?=
 # Debian packages the sandbox fleet needs on the controller.
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
-.PHONY: help setup demo test test-unit lint sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-e2e lint sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -25,37 +25,52 @@ help: ## List targets and their variables
 	@echo "  HOSTS=$(HOSTS)           number of sandbox hosts (sandbox-up)"
 	@echo "  TYPES=$(TYPES)   instance type per host, comma separated (sandbox-up, demo)"
 	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (status)"
+	@echo "  PREVIOUS=1           status: also show what a rollback would return to"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
 	@echo "  ARGS=...             arguments passed through (gen-model)"
 	@echo "  VENV=$(VENV) PYTHON=$(PYTHON)"
 
 $(VENV)/.installed: pyproject.toml
-	@set -e; missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test,sandbox]'
 	@touch $@
 
-setup: $(VENV)/.installed ## Create .venv, install the project and the Debian packages the sandbox needs
+setup: $(VENV)/.installed ## Create .venv with the project and its test tools (no root needed)
 
-demo: setup ## Bring up the sandbox and run the main job on it, then print what is serving where
+prereqs: ## Install the Debian packages the sandbox fleet needs on this machine (root)
+	@set -e; missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+
+demo: prereqs setup ## Bring up the sandbox and run the main job on it, then print what is serving where
 	$(TF) sandbox up --instance-type $(TYPES)
 	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
 	$(TF) status --inventory $(INVENTORY)
 
-test: setup ## Run the whole test suite, e2e on the sandbox fleet included
+test: prereqs setup ## Run the whole test suite, e2e on the sandbox fleet included
 	@rm -f .pytest-exit-code; $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)" >&2; fi; exit $$rc
 
-test-unit: setup ## Run only the tests that need no sandbox
-	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
+test-unit: setup ## Tests that need no root and no sandbox: pure logic and @fake deploys
+	$(VENV)/bin/pytest -m 'pure or fake' $(PYTEST_ARGS)
+
+test-pure: setup ## Layer 1: pure logic (tests/unit)
+	$(VENV)/bin/pytest -m pure $(PYTEST_ARGS)
+
+test-fake: setup ## Layer 2: @fake pyinfra deploys and table-driven operations (tests/fake)
+	$(VENV)/bin/pytest -m fake $(PYTEST_ARGS)
+
+test-triton: setup ## Layer 3: real Triton 2.51 on the CPU (tests/genmodel)
+	$(VENV)/bin/pytest -m triton $(PYTEST_ARGS)
+
+test-e2e: prereqs setup ## Layer 4: the sandbox fleet, real hosts (tests/e2e; root)
+	$(VENV)/bin/pytest -m e2e $(PYTEST_ARGS)
 
 lint: setup ## ruff over the whole tree
 	$(VENV)/bin/ruff check .
 
-sandbox-up: setup ## Bring up the sandbox fleet (HOSTS, TYPES)
+sandbox-up: prereqs setup ## Bring up the sandbox fleet (HOSTS, TYPES)
 	$(TF) sandbox up --hosts $(HOSTS) --instance-type $(TYPES)
 
 sandbox-down: setup ## Tear the sandbox fleet down, leaving no trace
@@ -64,8 +79,8 @@ sandbox-down: setup ## Tear the sandbox fleet down, leaving no trace
 sandbox-status: setup ## Show the sandbox fleet
 	$(TF) sandbox status
 
-status: setup ## Table of every host and Triton server in INVENTORY
-	$(TF) status --inventory $(INVENTORY)
+status: setup ## Table of every host and Triton server in INVENTORY (PREVIOUS=1: rollback targets too)
+	$(TF) status --inventory $(INVENTORY) $(if $(PREVIOUS),--previous)
 
 gen-model: setup ## Generate a Triton model directory (ARGS='--model_type pytorch ...')
 	$(TF) gen-model $(ARGS)

@@ -8,6 +8,8 @@ instance type from IMDS. Every bad host is reported, one line each, and nothing 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
@@ -16,7 +18,7 @@ from pyinfra.facts.server import LinuxDistribution
 from roles import all_roles, context
 from roles.context import config_for
 from roles.facts.system import ImdsInstanceType
-from tritonfleet.config import DEFAULT_IMDS, ConfigError, HostConfig, load_host_config
+from tritonfleet.config import DEFAULT_IMDS, MISSING, ConfigError, HostConfig, load_host_config
 from tritonfleet.platforms import UnsupportedPlatform, from_distribution
 
 __all__ = ["PreflightError", "config_for", "preflight", "validate_all"]
@@ -28,29 +30,42 @@ class PreflightError(PyinfraError):
 
 def _validate(h, roles) -> HostConfig:
     data = h.data.dict()
-    try:
-        platform = from_distribution(h.get_fact(LinuxDistribution))
-    except UnsupportedPlatform as exc:
-        raise ConfigError(h.name, "platform", None, str(exc)) from None
     endpoint = data.get("imds_endpoint") or DEFAULT_IMDS
-    return load_host_config(h.name, data, roles, platform=platform,
+    return load_host_config(h.name, data, roles,
                             instance_type_lookup=lambda: h.get_fact(ImdsInstanceType, endpoint=endpoint))
 
 
+def _platform(h, cfg: HostConfig) -> HostConfig:
+    try:
+        return replace(cfg, platform=from_distribution(h.get_fact(LinuxDistribution)))
+    except UnsupportedPlatform as exc:
+        raise ConfigError(h.name, "platform", MISSING, str(exc)) from None
+
+
+def _each(hosts, check) -> tuple[dict, list[str]]:
+    done, errors = {}, []
+    for h in hosts:
+        try:
+            done[h.name] = check(h)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    return done, errors
+
+
 def validate_all(state=None) -> dict[str, HostConfig]:
-    """Validate every host of the inventory (once per run); raise with one line per bad host."""
+    """Validate every host of the inventory (once per run); raise with one line per bad host.
+
+    The data is checked first, with no remote command (except IMDS for a missing instance type); only
+    when every host's data is good are the hosts asked which OS they run."""
     state = state or host.state
     cached = context.stored(state)
     if cached is not None:
         return cached
     roles = all_roles()
-    errors, configs = [], {}
-    hosts = list(state.inventory.iter_activated_hosts()) or list(state.inventory)
-    for h in sorted(hosts, key=lambda x: x.name):
-        try:
-            configs[h.name] = _validate(h, roles)
-        except ConfigError as exc:
-            errors.append(str(exc))
+    hosts = sorted(list(state.inventory.iter_activated_hosts()) or list(state.inventory), key=lambda x: x.name)
+    configs, errors = _each(hosts, lambda h: _validate(h, roles))
+    if not errors:
+        configs, errors = _each(hosts, lambda h: _platform(h, configs[h.name]))
     if errors:
         raise PreflightError("preflight failed, nothing was changed:\n  " + "\n  ".join(errors))
     context.store(state, configs)

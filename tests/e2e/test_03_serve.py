@@ -84,7 +84,7 @@ def test_model_repository_api_needs_the_secret_header(served):
 
 
 def test_status_table_shows_the_server(served, capsys):
-    from tritonfleet.status import fleet_status
+    from tritonfleet.face.status import fleet_status
 
     rows = [r for r in fleet_status(ROOT / "inventories/sandbox.py") if r["host"] == "scratch"]
     assert len(rows) == 1 and "error" not in rows[0]

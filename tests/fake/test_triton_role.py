@@ -80,3 +80,28 @@ def test_build_path_on_al2023_uses_the_armored_rpm_key(monkeypatch):
     (dockerfile_text,) = [v for k, v in rec.uploads.items() if k.endswith("/Dockerfile")]
     assert "COPY neuron-archive-keyring.asc /etc/apt/keyrings/neuron-archive-keyring.asc" in dockerfile_text
     assert "signed-by=/etc/apt/keyrings/neuron-archive-keyring.asc" in dockerfile_text
+
+
+def test_container_ulimits_come_from_the_documented_keys():
+    c = cfg("inf2.xlarge", docker_ulimit_memlock=1048576, docker_ulimit_stack=8388608)
+    args = run_args(c, c.triton.placements[0])
+    ulimits = [args[i + 1] for i, a in enumerate(args) if a == "--ulimit"]
+    assert ulimits == ["memlock=1048576", "stack=8388608"]
+    default = cfg("inf2.xlarge")
+    args = run_args(default, default.triton.placements[0])
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--ulimit"] == ["memlock=-1", "stack=67108864"]
+
+
+def test_one_image_tag_is_one_set_of_frameworks():
+    """The tag is a hash of the Dockerfile, so every framework in it is pinned to one version."""
+    for itype in ("inf1.6xlarge", "inf2.xlarge", "trn1.2xlarge"):
+        text = dockerfile(cfg(itype))
+        pip_line = next(line for line in text.splitlines() if "pip install" in line)
+        packages = [w.strip("'") for w in pip_line.split() if w.startswith("'")]
+        assert packages and all("==" in p for p in packages), pip_line
+    import pytest
+
+    from tritonfleet.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"triton_neuron_frameworks .*is not pinned"):
+        cfg("inf2.xlarge", triton_neuron_frameworks=["torch-neuronx"])

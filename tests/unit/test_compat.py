@@ -254,3 +254,19 @@ def test_driver_pin_unknown_release() -> None:
 def test_module_exports() -> None:
     for name in compat.__all__:
         assert hasattr(compat, name), name
+
+
+def test_one_pin_rule_for_every_package():
+    """Pins match whole components: a two-part version never selects a longer component (2.290)."""
+    from fnmatch import fnmatch
+
+    from roles.neuron import package_pins
+    from tests.hostconfigs import host_config
+    from tritonfleet.compat import version_pin
+
+    assert version_pin("2.29") == "2.29.*" and version_pin("2.30.2.0") == "2.30.2.0*"
+    assert version_pin("2.24.*") == "2.24.*"
+    pin = package_pins(host_config({"instance_type": "inf2.xlarge", "neuron_sdk_release": "2.31.0",
+                                    "neuron_key_fingerprint": "A" * 40,
+                                    "triton_repository_secret": "s" * 24}))["aws-neuronx-dkms"]
+    assert pin == "2.29.*" and fnmatch("2.29.1.0", pin) and not fnmatch("2.290.0.0", pin)
