@@ -150,14 +150,14 @@ def known_keys(roles: Sequence[Role]) -> list[str]:
     return sorted({k for r in roles for k in r.keys()} | set(TOP_LEVEL))
 
 
-def suggestion(key: str, known: Sequence[str]) -> str | None:
+def suggestion(key: str, known: Sequence[str], cutoff: float = 0.8) -> str | None:
     """A known key this one is a near miss of (a typo, another case, a misspelt prefix), else None."""
     if key in known:
         return None
     lowered = {k.lower(): k for k in known}
     if key.lower() in lowered:
         return lowered[key.lower()]
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=cutoff)
     return close[0] if close else None
 
 
@@ -181,7 +181,7 @@ def split(data: Mapping[str, Any], roles: Sequence[Role]) -> tuple[dict[str, dic
             hint = suggestion(key, known)
             unknown.append((key, f"; did you mean {hint}?" if hint else f" (the {prefix} role has no such setting)"))
             continue
-        hint = suggestion(key, known)
+        hint = suggestion(key, known, cutoff=0.85)  # users keep their own keys: only clear near misses
         if hint and not key.startswith("_"):
             unknown.append((key, f"; did you mean {hint}?"))
     return sections, unknown

@@ -65,3 +65,15 @@ def test_gpu_host_needs_no_neuron_key_but_a_toolkit_key():
 def test_readme_defaults_tables_are_current():
     proc = subprocess.run([sys.executable, "-m", "tritonfleet.face.docgen", "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("key,hint", [("tritn_servers", "triton_servers"), ("TRITON_SERVERS", "triton_servers"),
+                                      ("Neuron_Sdk_Release", "neuron_sdk_release")])
+def test_near_misses_of_known_keys_are_errors(key, hint):
+    with pytest.raises(ConfigError, match=f"h1: {key} \\[\\]: unknown setting; did you mean {hint}"):
+        cfg("inf2.xlarge", **{key: []})
+
+
+def test_keys_far_from_every_known_key_stay_allowed():
+    c = cfg("inf2.xlarge", s3_endpoint="http://x", my_team="ml-platform", owner_email="a@b")
+    assert c.instance.name == "inf2.xlarge"

@@ -30,6 +30,16 @@ def stub(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
 
 
+def stand_ins(tmp_path: Path, **commands: str) -> tuple[dict, Path]:
+    """Stand-in commands first on PATH; they keep their state in the returned directory ($STATE)."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    for name, body in commands.items():
+        stub(bin_dir, name.replace("_", "-"), body)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "STATE": str(state)}, state
+
+
 # -- keyring.sh -------------------------------------------------------------------------------------------
 
 def _gen_key(home: Path, uid: str) -> str:
@@ -103,11 +113,7 @@ DOCKER = """\
 
 @pytest.fixture
 def docker_env(tmp_path):
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
-    state.mkdir()
-    stub(bin_dir, "docker", DOCKER)
-    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "STATE": str(state)}, state
+    return stand_ins(tmp_path, docker=DOCKER)
 
 
 def swap(env, record: Path, body: str = '{"spec": "new"}'):
@@ -176,13 +182,9 @@ I1126 05:00:02.000 1 server.cc:674] | model_repository_path | /models |
 
 @pytest.fixture
 def ready_env(tmp_path):
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
-    state.mkdir()
-    stub(bin_dir, "docker", READY_DOCKER)
-    stub(bin_dir, "curl", CURL)
+    env, state = stand_ins(tmp_path, docker=READY_DOCKER, curl=CURL)
     (state / "log").write_text(TRITON_LOG)
-    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "STATE": str(state)}, state
+    return env, state
 
 
 def test_ready_when_server_and_models_are(ready_env):
@@ -214,21 +216,19 @@ def test_timeout_names_the_models(ready_env):
 
 # -- packages.sh ---------------------------------------------------------------------------------------------
 
-def test_packages_repairs_an_interrupted_dpkg_and_waits_for_the_lock(tmp_path):
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
-    state.mkdir()
-    (state / "interrupted").touch()
-    stub(bin_dir, "dpkg", """\
+DPKG = """\
         echo "dpkg $*" >> "$STATE/calls"
         case "$*" in
           --audit) [ -f "$STATE/interrupted" ] && echo "The following packages are only half configured" ;;
           *--configure\\ -a*) rm -f "$STATE/interrupted" ;;
         esac
         true
-    """)
-    stub(bin_dir, "apt-get", 'echo "apt-get $*" >> "$STATE/calls"\n')
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "STATE": str(state)}
+    """
+
+
+def test_packages_repairs_an_interrupted_dpkg_and_waits_for_the_lock(tmp_path):
+    env, state = stand_ins(tmp_path, dpkg=DPKG, apt_get='echo "apt-get $*" >> "$STATE/calls"\n')
+    (state / "interrupted").touch()
     proc = run("packages.sh", "apt", "install", "120", "aws-neuronx-dkms=2.30.2.0*", env=env)
     assert proc.returncode == 0, proc.stderr
     calls = (state / "calls").read_text().splitlines()
