@@ -12,6 +12,8 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles.context import config_for
+from roles.operations.models import models_switch
+from tritonfleet import hostcontract as hc
 from tritonfleet.config import FieldProblem, HostConfig, Role, RoleSettings, http_url
 
 _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$")
@@ -73,7 +75,11 @@ def models() -> None:
     cfg = config_for()
     files.directory(name="Model repository directory", path=cfg.models.dir, mode="755")
     if cfg.models.source:
-        files.sync(name="Model repository (from the controller)", src=cfg.models.source, dest=cfg.models.dir,
-                   delete=True, exclude=["*.pyc", "__pycache__"], exclude_dir=["__pycache__"])
+        # A killed upload leaves a partial file in the staging copy only; the live repository is switched
+        # from a complete copy, file by file with renames.
+        files.sync(name="Model repository (staged from the controller)", src=cfg.models.source,
+                   dest=hc.MODELS_STAGING, delete=True, exclude=["*.pyc", "__pycache__"],
+                   exclude_dir=["__pycache__"])
+        models_switch(name="Model repository (switched in)", staging=hc.MODELS_STAGING, live=cfg.models.dir)
     else:
         host.noop("models_source not set; the model repository is managed elsewhere")

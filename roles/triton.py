@@ -321,13 +321,21 @@ def triton() -> None:
     models = model_names(cfg)
     placements = cfg.triton.placements
     ops.triton_prune(name="Remove Triton servers no longer placed here", keep=[p.name for p in placements])
+    t: Settings = cfg.triton
     for p in host.loop(placements):
         args, cmd = run_args(cfg, p), server_command(cfg, p)
         digest = spec_hash(image, args, cmd)
         ops.triton_container(name=f"Triton server {p.name}", container=p.name, image=image, spec_hash=digest,
                              run_args=args + ["--label", f"{hc.LABEL_SPEC}={digest}"], command=cmd,
-                             secret=cfg.triton.repository_secret)
+                             url=p.local_url, models=models, timeout=t.health_timeout,
+                             secret=t.repository_secret)
     for p in host.loop(placements):
-        ops.triton_ready(name=f"Triton server {p.name} ready", container=p.name,
-                         url=f"http://{p.local_address}:{p.http_port}", models=models,
-                         timeout=cfg.triton.health_timeout)
+        ops.triton_ready(name=f"Triton server {p.name} ready", container=p.name, url=p.local_url, models=[],
+                         timeout=t.health_timeout)
+        if t.model_control_mode == "explicit":
+            ops.triton_models(name=f"Triton server {p.name} models", container=p.name, url=p.local_url,
+                              models_dir=cfg.models.dir, models=models, header=t.repository_header,
+                              secret=t.repository_secret)
+        else:
+            ops.triton_ready(name=f"Triton server {p.name} models ready", container=p.name, url=p.local_url,
+                             models=models, timeout=t.health_timeout)

@@ -24,6 +24,10 @@ SERVERS_DIR = f"{STATE_DIR}/servers"
 BUILD_DIR = f"{STATE_DIR}/build"
 IMAGES_DIR = f"{STATE_DIR}/images"
 OPT_DIR = "/opt/tritonfleet"
+#: Per server, one stamp file per model: touched when the server loaded the model's files.
+LOADED_DIR = f"{STATE_DIR}/loaded"
+#: The complete copy of the controller's model repository that the live one is switched from.
+MODELS_STAGING = f"{STATE_DIR}/models-staging"
 
 #: Default header guarding Triton's restricted APIs. Lowercase: gRPC metadata keys are lowercase and
 #: Triton compares them exactly (gRPC clients send "triton-grpc-protocol-<header>").
@@ -50,6 +54,10 @@ RECORD_SCHEMA = 1
 
 def record_path(name: str) -> str:
     return f"{SERVERS_DIR}/{name}.json"
+
+
+def loaded_dir(server: str) -> str:
+    return f"{LOADED_DIR}/{server}"
 
 
 def container_labels(server: str, devices: str, cores: str, endpoint: str) -> dict[str, str]:

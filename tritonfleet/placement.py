@@ -101,6 +101,12 @@ class Placement:
         return "127.0.0.1" if ipaddress.ip_address(self.bind_address).is_unspecified else self.bind_address
 
     @property
+    def local_url(self) -> str:
+        """The server's HTTP endpoint as the host itself reaches it."""
+        host = f"[{self.local_address}]" if ":" in self.local_address else self.local_address
+        return f"http://{host}:{self.http_port}"
+
+    @property
     def ports(self) -> dict[str, int]:
         """``{"http_port": …, "grpc_port": …, "metrics_port": …}``."""
         return {"http_port": self.http_port, "grpc_port": self.grpc_port, "metrics_port": self.metrics_port}

@@ -48,20 +48,25 @@ def neuron_compat_gate(image: str, runtime_from_data: str | None, neuron_arch: s
 
 @operation()
 def triton_container(container: str, image: str, spec_hash: str, run_args: list[str], command: list[str],
-                     secret: str | None = None):
+                     url: str, models: list[str], timeout: int, secret: str | None = None):
     """
     One Triton container, recreated only when its spec (``spec_hash``) or image changes.
 
-    A changed container is swapped safely (``templates/scripts/triton-swap.sh``): the old one is kept
-    aside while the new one starts and is put back if ``docker run`` fails. Then the host record
-    (:mod:`tritonfleet.hostcontract`, 0600, secret redacted) is written; its ``previous`` changes only
-    when a different spec replaces the current one.
+    A changed container is swapped without leaving serving worse (``templates/scripts/triton-swap.sh``):
+    the old one is kept aside while the new one starts and passes the health gate; if ``docker run``
+    fails or the gate does, the old one is put back, started and checked, and the operation fails naming
+    what it rolled back to. After a good gate the host record (:mod:`tritonfleet.hostcontract`, 0600,
+    secret redacted) is written; its ``previous`` changes only when a different spec replaces the
+    current one.
 
     + container: container name
     + image: image reference
     + spec_hash: hash of everything that defines the container
     + run_args: ``docker run`` options (devices, ulimits, env, ports, mounts, labels)
     + command: tritonserver command line
+    + url: the server's HTTP endpoint as seen on the host (health gate)
+    + models: models that must be ready
+    + timeout: seconds for the health gate (of the new container, then of a restored one)
     + secret: a value kept out of the record and masked in pyinfra's output (the repository secret)
     """
     name = container
@@ -77,8 +82,8 @@ def triton_container(container: str, image: str, spec_hash: str, run_args: list[
     old = docker["records"].get(name)
     if old is not None:
         record = old.succeeded_by(record)
-    yield script("triton-swap.sh", name, hc.record_path(name), record.to_json(), "--",
-                 *run_args, image, *command, secret=secret)
+    yield script("triton-swap.sh", name, hc.record_path(name), record.to_json(), url, int(timeout),
+                 ",".join(models), "--", *run_args, image, *command, secret=secret)
 
 
 @operation()
@@ -117,3 +122,36 @@ def triton_ready(container: str, url: str, models: list[str], timeout: int):
         host.noop(f"{container} is ready ({len(models)} models)")
         return
     yield script("triton-ready.sh", container, url, int(timeout), *models)
+
+
+@operation()
+def triton_models(container: str, url: str, models_dir: str, models: list[str], header: str,
+                  secret: str | None):
+    """
+    Model gate of a running server in explicit model-control mode: load the models whose files changed
+    since the server loaded them (or that are not ready), unload models that left the repository, and
+    require every model to be READY, failing with Triton's own reason. The restricted-API header goes to
+    the script on stdin, never on a command line.
+
+    + container: container name
+    + url: the server's HTTP endpoint as seen on the host
+    + models_dir: the host's model repository (mounted at /models)
+    + models: models that must be ready
+    + header: the restricted-API header name
+    + secret: its value
+    """
+    if not executing():
+        return
+    stamps = hc.loaded_dir(container)
+    q = shlex.quote
+    checks = [f"curl -fsS -m 2 -o /dev/null {q(url + '/v2/health/ready')}",
+              f"for s in $(ls {q(stamps)} 2>/dev/null); do [ -d {q(models_dir)}/\"$s\" ] || exit 1; done"]
+    for m in models:
+        stamp, path = q(f"{stamps}/{m}"), q(f"{models_dir}/{m}")
+        checks.append(f"[ -e {stamp} ] && [ -z \"$(find {path} -newer {stamp} -print 2>/dev/null | head -n 1)\" ] "
+                      f"&& curl -fsS -m 2 -o /dev/null {q(url + '/v2/models/' + m + '/ready')}")
+    if host.get_fact(CommandSucceeds, command=" && ".join(f"( {c} )" for c in checks)):
+        host.noop(f"{container}: {len(models)} models loaded and ready")
+        return
+    yield script("triton-models.sh", container, url, models_dir, stamps, *models,
+                 stdin=f"{header}: {secret or ''}\n")

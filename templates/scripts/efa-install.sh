@@ -4,7 +4,7 @@
 set -eu
 installer=$1 signature=$2 key=$3 want=$4
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'gpgconf --kill gpg-agent 2>/dev/null; rm -rf "$tmp"' EXIT
 cd "$tmp"
 export GNUPGHOME="$tmp/gnupg"
 mkdir -m 700 "$GNUPGHOME"

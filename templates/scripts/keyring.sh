@@ -6,7 +6,7 @@ set -eu
 src=$1 dest=$2 want=$3 armored=$4
 umask 022
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'gpgconf --kill gpg-agent 2>/dev/null; rm -rf "$tmp"' EXIT
 export GNUPGHOME="$tmp/gnupg"
 mkdir -m 700 "$GNUPGHOME"
 curl -fsSL --retry 3 -o "$tmp/key" "$src" || { echo "ERROR: cannot download key $src" >&2; exit 1; }

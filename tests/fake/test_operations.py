@@ -10,6 +10,7 @@ A case file ``tests/fake/operations/<module>.<operation>/<case>.json`` holds:
 - ``commands``: what the operation yields. A string is a shell command (as pyinfra shows it, secrets
   masked); a list ``[script, arg, ...]`` is a script from ``templates/scripts`` with its arguments, where
   ``{"json": ...}`` compares an argument as JSON;
+- ``stdin``: per command, what it gets on standard input (secrets travel there, not as arguments);
 - ``noop``: the no-op message, when the operation yields nothing.
 """
 
@@ -94,7 +95,10 @@ def test_operation(op_name: str, case: Path) -> None:
     facts = {name: value for name, value in spec.get("facts", {}).items() if _fact_class(name)}
     fake = FakeHost(facts, spec.get("executing", True))
     with ctx_state.use(fake.state), ctx_host.use(fake):
-        commands = [_shown(c) for c in op._inner(*spec.get("args", []), **spec.get("kwargs", {}))]
+        yielded = list(op._inner(*spec.get("args", []), **spec.get("kwargs", {})))
+    commands = [_shown(c) for c in yielded]
+    if "stdin" in spec:
+        assert [getattr(c, "connector_arguments", {}).get("_stdin") for c in yielded] == spec["stdin"]
     want = spec.get("commands", [])
     assert len(commands) == len(want) and all(_same(g, w) for g, w in zip(commands, want, strict=True)), \
         json.dumps(commands, indent=1)

@@ -148,7 +148,11 @@ def test_models(monkeypatch, os_key, tmp_path):
     (tmp_path / "add_sub" / "1" / "model.py").write_text("# model\n")
     rec = run_deploys(models, {**DATA, "instance_type": "inf2.xlarge", "models_source": str(tmp_path)}, os_key,
                       monkeypatch)
-    assert rec.uploads["/opt/tritonfleet/models/add_sub/1/model.py"] == "# model\n"
+    # uploaded to the staging copy, then switched into the live repository by renames
+    assert rec.uploads["/var/lib/tritonfleet/models-staging/add_sub/1/model.py"] == "# model\n"
+    assert not any(p.startswith("/opt/tritonfleet/models/") for p in rec.uploads)
+    switch = [c for c in rec.commands if c.startswith("sh -c") and "models-switch.sh" in c]
+    assert len(switch) == 1 and switch[0].endswith("/var/lib/tritonfleet/models-staging /opt/tritonfleet/models")
 
 
 @pytest.mark.parametrize("os_key", PLATFORMS)

@@ -12,16 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tritonfleet.templating import template_path
-
-
-def script(name: str) -> str:
-    return str(template_path(f"scripts/{name}"))
+from roles.operations.common import script_text as script_body
 
 
 def run(name: str, *args: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(["sh", script(name), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    """Run a script the way operations do: its text (includes resolved) through ``sh -c``."""
+    return subprocess.run(["sh", "-c", script_body(name), name, *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def stub(bin_dir: Path, name: str, body: str) -> None:
@@ -62,7 +59,8 @@ def keys(tmp_path_factory):
         (base / f"k{i}.asc").write_bytes(subprocess.run(["gpg", "--batch", "--armor", "--export", uid],
                                                         check=True, capture_output=True, env=env).stdout)
     (base / "both.asc").write_bytes((base / "k0.asc").read_bytes() + (base / "k1.asc").read_bytes())
-    return base, fprs
+    yield base, fprs
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
 
 
 def test_keyring_installs_a_key_with_the_expected_fingerprint(keys, tmp_path):
@@ -96,29 +94,43 @@ def test_keyring_refuses_a_file_with_two_keys(keys, tmp_path):
 # -- triton-swap.sh ------------------------------------------------------------------------------------------
 
 DOCKER = """\
-    # stand-in docker: a container is a file $STATE/<name> holding its state
+    # stand-in docker: a container is a file $STATE/<name>: "<state> <image> <args...>"
     cmd=$1; shift
     echo "$cmd $*" >> "$STATE/calls"
+    fmt=""
+    [ "$cmd" = inspect ] && [ "${1:-}" = -f ] && { fmt=$2; shift 2; }
     case "$cmd" in
-      inspect) [ -f "$STATE/$1" ] ;;
+      inspect) [ -f "$STATE/$1" ] || exit 1
+        set -- $(cat "$STATE/$1")
+        case "$fmt" in
+          *Config.Image*) echo "$2" ;;
+          *State.Status*) case "$2" in *bad*) echo "restarting 3" ;; *) echo "$1 0" ;; esac ;;
+        esac ;;
       rm) shift; rm -f "$STATE/$1" ;;
-      stop) echo stopped > "$STATE/$1" ;;
-      start) echo running > "$STATE/$1" ;;
+      stop) sed -i 's/^running/exited/' "$STATE/$1" ;;
+      start) sed -i 's/^exited/running/' "$STATE/$1" ;;
       rename) mv "$STATE/$1" "$STATE/$2" ;;
-      run) [ -z "${FAIL_RUN:-}" ] || exit 125; shift 2; name=$1; shift; echo "running $*" > "$STATE/$name" ;;
+      logs) echo "E1126 model_lifecycle.cc:641] failed to load 'add_sub': RuntimeError: boom" ;;
+      run) [ -z "${FAIL_RUN:-}" ] || exit 125; shift 2; name=$1; shift
+        while [ "${1#-}" != "$1" ]; do shift 2; done  # options and their values
+        echo "running $*" > "$STATE/$name" ;;
       *) exit 2 ;;
     esac
+"""
+READY_CURL = """\
+    # ready while the container named triton runs a good image
+    grep -q '^running [^ ]*good' "$STATE/triton" 2>/dev/null
 """
 
 
 @pytest.fixture
 def docker_env(tmp_path):
-    return stand_ins(tmp_path, docker=DOCKER)
+    return stand_ins(tmp_path, docker=DOCKER, curl=READY_CURL)
 
 
-def swap(env, record: Path, body: str = '{"spec": "new"}'):
-    return run("triton-swap.sh", "triton", str(record), body, "--", "--device", "/dev/neuron0", "img:1",
-               "tritonserver", env=env)
+def swap(env, record: Path, image: str = "img:good", body: str = '{"spec": "new"}'):
+    return run("triton-swap.sh", "triton", str(record), body, "http://127.0.0.1:8000", "5", "add_sub", "--",
+               "--device", "/dev/neuron0", image, "tritonserver", env=env, timeout=60)
 
 
 def test_swap_first_start_writes_the_record_0600(docker_env, tmp_path):
@@ -126,27 +138,50 @@ def test_swap_first_start_writes_the_record_0600(docker_env, tmp_path):
     record = tmp_path / "servers" / "triton.json"
     proc = swap(env, record)
     assert proc.returncode == 0, proc.stderr
-    assert (state / "triton").read_text().startswith("running --device /dev/neuron0 img:1 tritonserver")
+    assert (state / "triton").read_text() == "running img:good tritonserver\n"
     assert json.loads(record.read_text()) == {"spec": "new"} and oct(record.stat().st_mode & 0o777) == "0o600"
 
 
 def test_swap_replaces_the_old_container(docker_env, tmp_path):
     env, state = docker_env
-    (state / "triton").write_text("running old\n")
+    (state / "triton").write_text("running img:good-old tritonserver\n")
     assert swap(env, tmp_path / "triton.json").returncode == 0
-    assert (state / "triton").read_text().startswith("running --device")
+    assert (state / "triton").read_text() == "running img:good tritonserver\n"
     assert not (state / "triton.previous").exists()
 
 
 def test_swap_restores_the_old_container_when_run_fails(docker_env, tmp_path):
     env, state = docker_env
-    (state / "triton").write_text("running old\n")
+    (state / "triton").write_text("running img:good-old tritonserver\n")
     record = tmp_path / "triton.json"
     record.write_text('{"spec": "old"}\n')
     proc = swap({**env, "FAIL_RUN": "1"}, record)
-    assert proc.returncode == 1 and "the previous container (if any) was restored" in proc.stderr
-    assert (state / "triton").read_text() == "running\n"  # renamed back and started
+    assert proc.returncode == 1
+    assert "docker run of triton failed; rolled back to the previous container (img:good-old), which serves again" \
+        in proc.stderr
+    assert (state / "triton").read_text() == "running img:good-old tritonserver\n"
     assert json.loads(record.read_text()) == {"spec": "old"}
+
+
+def test_swap_rolls_back_when_the_new_server_fails_its_health_gate(docker_env, tmp_path):
+    env, state = docker_env
+    (state / "triton").write_text("running img:good-old tritonserver\n")
+    record = tmp_path / "triton.json"
+    record.write_text('{"spec": "old"}\n')
+    proc = swap(env, record, image="img:bad")
+    assert proc.returncode == 1
+    assert "triton is not running (restarting 3)" in proc.stderr and "RuntimeError: boom" in proc.stderr
+    assert ("the new triton failed its health gate; rolled back to the previous container (img:good-old), "
+            "which serves again") in proc.stderr
+    assert (state / "triton").read_text() == "running img:good-old tritonserver\n"
+    assert not (state / "triton.previous").exists() and json.loads(record.read_text()) == {"spec": "old"}
+
+
+def test_swap_without_a_previous_container_says_so(docker_env, tmp_path):
+    env, _ = docker_env
+    proc = swap(env, tmp_path / "triton.json", image="img:bad")
+    assert proc.returncode == 1 and "there was no previous container to roll back to" in proc.stderr
+    assert not (tmp_path / "triton.json").exists()
 
 
 def test_swap_says_the_record_is_stale_when_it_cannot_be_written(docker_env, tmp_path):
@@ -239,3 +274,129 @@ def test_packages_repairs_an_interrupted_dpkg_and_waits_for_the_lock(tmp_path):
                        "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold aws-neuronx-dkms=2.30.2.0*"]
     repair = next(i for i, c in enumerate(calls) if "--configure -a" in c)
     assert repair < calls.index(install[0])
+
+
+# -- models-switch.sh ----------------------------------------------------------------------------------------
+
+def test_models_switch_updates_removes_and_leaves_no_empty_dirs(tmp_path):
+    staging, live = tmp_path / "staging", tmp_path / "live"
+    (staging / "add_sub" / "1").mkdir(parents=True)
+    (staging / "add_sub" / "config.pbtxt").write_text("new config\n")
+    (staging / "add_sub" / "1" / "model.py").write_text("same\n")
+    (live / "add_sub" / "1").mkdir(parents=True)
+    (live / "add_sub" / "config.pbtxt").write_text("old config\n")
+    (live / "add_sub" / "1" / "model.py").write_text("same\n")
+    (live / "gone" / "1").mkdir(parents=True)
+    (live / "gone" / "1" / "model.py").write_text("x\n")
+    inode = (live / "add_sub" / "1" / "model.py").stat().st_ino
+    proc = run("models-switch.sh", str(staging), str(live))
+    assert proc.returncode == 0, proc.stderr
+    assert (live / "add_sub" / "config.pbtxt").read_text() == "new config\n"
+    assert (live / "add_sub" / "1" / "model.py").stat().st_ino == inode  # unchanged files are not touched
+    assert not (live / "gone").exists()
+    assert sorted(p.name for p in live.rglob("*")) == ["1", "add_sub", "config.pbtxt", "model.py"]
+    assert "updated add_sub/config.pbtxt" in proc.stderr and "removed gone" in proc.stderr
+
+
+# -- triton-models.sh ----------------------------------------------------------------------------------------
+
+TRITON_API = """\
+    # stand-in curl for Triton's HTTP API: model state in $STATE/models/<m> (READY or UNAVAILABLE)
+    out=/dev/null; code=0; method=GET; url=""
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        -o) out=$2; shift ;;
+        -w) code=1; shift ;;
+        -X) method=$2; shift ;;
+        -H) echo "$2" >> "$STATE/headers"; shift ;;
+        -m) shift ;;
+        -*) ;;
+        *) url=$1 ;;
+      esac
+      shift
+    done
+    path=${url#*/v2/}
+    reply() { printf '%s' "$2" > "$out"; [ "$code" = 1 ] && printf '%s' "$1"; true; }  # no -f: exit 0
+    case "$method $path" in
+      "GET health/ready") exit 0 ;;
+      "GET models/"*/ready) m=${path#models/}; m=${m%/ready}; grep -qx READY "$STATE/models/$m" 2>/dev/null ;;
+      "POST repository/models/"*/load) m=${path#repository/models/}; m=${m%/load}; echo "load $m" >> "$STATE/calls"
+        if [ -f "$STATE/fail-$m" ]; then echo UNAVAILABLE > "$STATE/models/$m"; reply 400 '{"error":"failed to load '"'$m'"', Failed to initialize Python stub: RuntimeError: boom"}'
+        else echo READY > "$STATE/models/$m"; reply 200 '{}'; fi ;;
+      "POST repository/models/"*/unload) m=${path#repository/models/}; m=${m%/unload}; echo "unload $m" >> "$STATE/calls"
+        rm -f "$STATE/models/$m"; reply 200 '{}' ;;
+      "POST repository/index") body="["; sep=""
+        for f in "$STATE"/models/*; do [ -f "$f" ] || continue; m=${f##*/}; s=$(cat "$f")
+          r=""; [ "$s" = READY ] || r=',"reason":"load failed: RuntimeError: boom"'
+          body="$body$sep{\\"name\\":\\"$m\\",\\"version\\":\\"1\\",\\"state\\":\\"$s\\"$r}"; sep=","; done
+        reply 200 "$body]" ;;
+      *) exit 22 ;;
+    esac
+"""
+STARTED_DOCKER = """\
+    [ "$1" = inspect ] && date -u -d @"$(cat "$STATE/started")" +%Y-%m-%dT%H:%M:%S.000000000Z
+"""
+
+
+@pytest.fixture
+def triton_api(tmp_path):
+    env, state = stand_ins(tmp_path, curl=TRITON_API, docker=STARTED_DOCKER)
+    (state / "models").mkdir()
+    repo = tmp_path / "repo"
+    for m in ("add_sub", "other"):
+        (repo / m / "1").mkdir(parents=True)
+        (repo / m / "config.pbtxt").write_text(f'name: "{m}"\n')
+        (state / "models" / m).write_text("READY\n")
+    for path in repo.rglob("*"):  # written before the container started
+        os.utime(path, (1_000_000, 1_000_000))
+    (state / "started").write_text("2000000\n")  # the container started after the files were written
+
+    def gate(*models: str):
+        return subprocess.run(["sh", "-c", script_body("triton-models.sh"), "triton-models.sh", "triton",
+                               "http://127.0.0.1:8000", str(repo), str(tmp_path / "stamps"), *models],
+                              input="x-key: s3cret\n", capture_output=True, text=True, timeout=30,
+                              env={**os.environ, **env})
+    return gate, repo, state
+
+
+def calls(state):
+    return (state / "calls").read_text().splitlines() if (state / "calls").exists() else []
+
+
+def test_models_gate_leaves_unchanged_models_alone(triton_api):
+    gate, _, state = triton_api
+    proc = gate("add_sub", "other")
+    assert proc.returncode == 0, proc.stderr
+    assert calls(state) == []
+
+
+def test_models_gate_loads_a_changed_model_and_a_new_one(triton_api):
+    gate, repo, state = triton_api
+    gate("add_sub", "other")
+    (repo / "add_sub" / "1" / "model.py").write_text("# v2\n")  # newer than its stamp
+    (repo / "fresh" / "1").mkdir(parents=True)
+    (repo / "fresh" / "config.pbtxt").write_text('name: "fresh"\n')
+    proc = gate("add_sub", "other", "fresh")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(calls(state)) == ["load add_sub", "load fresh"]
+    assert gate("add_sub", "other", "fresh").returncode == 0 and len(calls(state)) == 2  # the next run: nothing
+
+
+def test_models_gate_reports_trions_reason(triton_api):
+    gate, repo, state = triton_api
+    (repo / "add_sub" / "1" / "model.py").write_text("raise RuntimeError('boom')\n")
+    (state / "fail-add_sub").touch()
+    proc = gate("add_sub", "other")
+    assert proc.returncode == 1
+    assert "model add_sub did not load (HTTP 400)" in proc.stderr and "RuntimeError: boom" in proc.stderr
+    assert "s3cret" not in proc.stderr and (state / "headers").read_text().splitlines()[0] == "x-key: s3cret"
+
+
+def test_models_gate_unloads_models_that_left_the_repository(triton_api):
+    gate, repo, state = triton_api
+    import shutil
+
+    shutil.rmtree(repo / "other")
+    proc = gate("add_sub")
+    assert proc.returncode == 0, proc.stderr
+    assert calls(state) == ["unload other"] and "unloading other" in proc.stderr

@@ -1,0 +1,55 @@
+#!/bin/sh
+# Model gate for a running server (explicit model control): load the models whose files changed since
+# they were loaded (or that are not ready), unload models whose directory left the repository, then
+# require every listed model to be READY, printing Triton's own reason for each that is not.
+# The restricted-API header line ("name: value") comes on stdin, never as an argument.
+# usage: triton-models.sh CONTAINER URL MODELS_DIR STAMP_DIR MODEL...
+set -u
+name=$1 url=$2 dir=$3 stamps=$4
+shift 4
+IFS= read -r hdr || true
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+api() {  # api PATH: POST to the repository API; body in $tmp, HTTP status printed
+  curl -sS -m 300 -o "$tmp" -w '%{http_code}' -X POST -H "$hdr" "$url/v2/repository/$1" 2>/dev/null || echo 000
+}
+started=$(docker inspect -f '{{.State.StartedAt}}' "$name" 2>/dev/null) || { echo "ERROR: no container $name" >&2; exit 1; }
+mkdir -p "$stamps"
+failed=0
+for m in "$@"; do
+  st="$stamps/$m"
+  # loaded when the container started: files as of then are what it serves
+  if [ ! -e "$st" ] || [ "$(date -r "$st" +%s)" -lt "$(date -d "$started" +%s)" ]; then
+    touch -d "$started" "$st"
+  fi
+  if [ -z "$(find "$dir/$m" -newer "$st" -print 2>/dev/null | head -n 1)" ] \
+     && curl -fsS -m 2 -o /dev/null "$url/v2/models/$m/ready" 2>/dev/null; then
+    continue
+  fi
+  echo "loading $m" >&2
+  code=$(api "models/$m/load")
+  if [ "$code" = 200 ]; then
+    touch "$st"
+  else
+    echo "ERROR: model $m did not load (HTTP $code): $(cat "$tmp")" >&2
+    failed=1
+  fi
+done
+code=$(api index)
+if [ "$code" = 200 ]; then
+  for loaded in $(grep -o '{[^}]*}' "$tmp" | grep '"state":"READY"' | grep -o '"name":"[^"]*"' | cut -d'"' -f4 | sort -u); do
+    if [ ! -d "$dir/$loaded" ]; then
+      echo "unloading $loaded (no longer in the repository)" >&2
+      [ "$(api "models/$loaded/unload")" = 200 ] && rm -f "$stamps/$loaded" || failed=1
+    fi
+  done
+  code=$(api index)
+fi
+for m in "$@"; do
+  if ! curl -fsS -m 2 -o /dev/null "$url/v2/models/$m/ready" 2>/dev/null; then
+    entry=$(grep -o '{[^}]*"name":"'"$m"'"[^}]*}' "$tmp" 2>/dev/null | head -n 1)
+    echo "ERROR: model $m is not ready: ${entry:-not in the repository index}" >&2
+    failed=1
+  fi
+done
+exit $failed
