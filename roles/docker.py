@@ -12,7 +12,7 @@ from pyinfra.operations import files, systemd
 from roles import platform
 from roles.context import config_for
 from roles.facts.packages import InstalledPackages
-from tritonfleet.config import HostConfig, Role, RoleSettings
+from tritonfleet.config import HostConfig, Role, RoleSettings, absolute_path
 from tritonfleet.templating import template_path
 
 #: Engines from Docker's own repositories: left as they are.
@@ -32,12 +32,7 @@ class Settings(RoleSettings):
     ulimit_stack: int = Field(67108864, ge=-1, description=(
         "stack limit of every container, default-ulimits and Triton's --ulimit (64 MiB)."))
 
-    @field_validator("data_root")
-    @classmethod
-    def _abs(cls, v: str | None) -> str | None:
-        if v is not None and (not v.startswith("/") or v.rstrip("/") == ""):
-            raise ValueError("expected an absolute path of its own (not /)")
-        return v
+    _abs = field_validator("data_root")(lambda v: absolute_path(v))
 
     @field_validator("log_max_size")
     @classmethod

@@ -33,7 +33,16 @@ from roles.operations import triton as ops
 from roles.operations.docker import docker_image
 from tritonfleet import compat
 from tritonfleet import hostcontract as hc
-from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, http_url
+from tritonfleet.config import (
+    MISSING,
+    FieldProblem,
+    HostConfig,
+    Role,
+    RoleSettings,
+    absolute_path,
+    http_url,
+    image_reference,
+)
 from tritonfleet.placement import IPAddress, Placement, PlacementError, ServerSpec, place
 from tritonfleet.templating import render
 
@@ -82,8 +91,16 @@ class Settings(RoleSettings):
     udev_mount: bool = Field(True, description="Mount /lib/udev read-only at /mylib/udev, where the Neuron Triton scripts expect it.")
     metrics: bool = Field(True, description="Metrics endpoint (port 8002 of each server).")
 
+    restricted_apis: list[Literal["model-repository", "logging", "trace", "shared-memory", "statistics",
+                                  "model-config", "metadata", "health", "inference"]] = Field(
+        ["model-repository", "logging", "trace", "shared-memory"], description=(
+            "Triton APIs that answer only with the repository header (HTTP and gRPC); metrics and inference stay "
+            "open. Remove an entry to open that API."))
+
     _placements: tuple[Placement, ...] = PrivateAttr(default=())
     _index = field_validator("neuron_pip_index")(lambda v: http_url(v))
+    _refs = field_validator("image", "base_image")(lambda v: image_reference(v))
+    _paths = field_validator("image_archive")(lambda v: absolute_path(v))
 
     @field_validator("shm_size")
     @classmethod
@@ -171,9 +188,11 @@ def _checks(cfg: HostConfig) -> None:
                            "required when triton_image_source is 'archive' (path of a `docker save` tarball)")
     if t.image_source in ("archive", "pull") and not t.image:
         raise FieldProblem("triton_image", MISSING, f"required when triton_image_source is '{t.image_source}'")
-    if t.model_control_mode == "explicit" and not t.repository_secret:
+    if (t.model_control_mode == "explicit" or t.restricted_apis) and not t.repository_secret:
         raise FieldProblem("triton_repository_secret", MISSING,
                            "required: a per-fleet secret that guards Triton's model-repository API")
+    if t.image_archive_src is not None and not os.path.isfile(t.image_archive_src):
+        raise FieldProblem("triton_image_archive_src", t.image_archive_src, "no such file on the controller")
     runtime = container_runtime_version(cfg)
     if cfg.instance.is_neuron and runtime:
         try:
@@ -264,8 +283,8 @@ def server_command(cfg: HostConfig, p: Placement) -> list[str]:
     cmd = ["tritonserver", "--model-repository=/models", f"--model-control-mode={t.model_control_mode}"]
     if t.model_control_mode == "explicit":
         cmd += [f"--load-model={m}" for m in (t.models or ["*"])]
-    if t.repository_secret:
-        restriction = f"model-repository:{t.repository_header}={t.repository_secret}"
+    if t.repository_secret and t.restricted_apis:
+        restriction = f"{','.join(t.restricted_apis)}:{t.repository_header}={t.repository_secret}"
         cmd += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
     if t.host_network:
         cmd += [f"--http-port={p.http_port}", f"--grpc-port={p.grpc_port}", f"--metrics-port={p.metrics_port}"]

@@ -36,8 +36,16 @@ TOP_LEVEL = {
 }
 DEFAULT_IMDS = "http://169.254.169.254"
 
-#: Words that make a key secret: its value is never echoed in an error.
-_SECRET_WORDS = re.compile(r"secret|token|password|passwd|credential", re.I)
+#: Words that make a key look secret: its value is never echoed in an error (near misses count too:
+#: ``triton_repository_secert`` is still a secret).
+_SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key")
+
+
+def looks_secret(field: str) -> bool:
+    for word in re.split(r"[^a-z]+", field.lower()):
+        if word and any(w in word or difflib.SequenceMatcher(None, word, w).ratio() >= 0.8 for w in _SECRET_WORDS):
+            return True
+    return False
 
 
 class _Missing:
@@ -70,7 +78,7 @@ class ConfigError(ValueError):
 
 
 def _shown(field: str, value: Any, secrets: Iterable[str]) -> str:
-    if _SECRET_WORDS.search(field):
+    if looks_secret(field):
         return "<hidden>"
     try:
         text = repr(value) if isinstance(value, str) else str(value)
@@ -83,9 +91,10 @@ def _shown(field: str, value: Any, secrets: Iterable[str]) -> str:
 
 
 class RoleSettings(BaseModel):
-    """Base of every role's settings: unknown keys are errors, values are frozen once validated."""
+    """Base of every role's settings: unknown keys are errors, empty strings are refused, values are
+    frozen once validated."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, str_min_length=1)
 
 
 @dataclass(frozen=True)
@@ -207,6 +216,27 @@ def http_url(value: str | None) -> str | None:
     return value.rstrip("/") if parsed.scheme != "file" else value
 
 
+_REF_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REF_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]+)?"
+_REFERENCE = re.compile(
+    rf"^(?:{_REF_DOMAIN}/)?{_REF_COMPONENT}(?:/{_REF_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+
+
+def image_reference(value: str | None) -> str | None:
+    """Validate a Docker image reference (the distribution reference grammar: registry, path, tag, digest)."""
+    if value is not None and (len(value) > 255 or not _REFERENCE.match(value)):
+        raise ValueError("expected a Docker image reference like registry.example.com/team/tritonserver:24.10")
+    return value
+
+
+def absolute_path(value: str | None) -> str | None:
+    """A host path: absolute, and not the root directory itself."""
+    if value is not None and (not value.startswith("/") or value.rstrip("/") == ""):
+        raise ValueError("expected an absolute path of its own (not /)")
+    return value
+
+
 # -- validation -------------------------------------------------------------------------------------------
 
 def validate_section(role: Role, values: Mapping[str, Any], context: Mapping[str, Any]) -> RoleSettings:
@@ -265,7 +295,8 @@ def load_host_config(
     """
     roles = sorted(roles, key=lambda r: (r.order, r.name))
     merged = merge(defaults(roles), data)
-    secrets = [v for k, v in merged.items() if isinstance(v, str) and isinstance(k, str) and _SECRET_WORDS.search(k)]
+    secrets = [v for k, v in merged.items() if isinstance(v, str) and isinstance(k, str) and looks_secret(k)
+               and len(v) >= 8]
 
     def fail(problem: FieldProblem) -> ConfigError:
         return ConfigError(host, problem.field, problem.value, problem.message, secrets)

@@ -275,7 +275,7 @@ def place(
             raise PlacementError(
                 field,
                 cores,
-                f"cores {format_core_range(foreign)} are not on this server's devices "
+                f"cores {_fmt(foreign)} are not on this server's devices "
                 f"{format_core_range(allocated[i])} (cores {format_core_range(owned)})",
             )
         if not _contiguous(cores):

@@ -77,3 +77,55 @@ def test_near_misses_of_known_keys_are_errors(key, hint):
 def test_keys_far_from_every_known_key_stay_allowed():
     c = cfg("inf2.xlarge", s3_endpoint="http://x", my_team="ml-platform", owner_email="a@b")
     assert c.instance.name == "inf2.xlarge"
+
+
+STRICTER = [
+    ("inf2.xlarge", {"triton_image": "Not A Ref"}, "triton_image", "Docker image reference"),
+    ("inf2.xlarge", {"triton_base_image": "nvcr.io/nvidia/tritonserver:24.10-py3:x"}, "triton_base_image", "reference"),
+    ("inf2.xlarge", {"neuron_apt_url": ""}, "neuron_apt_url", "at least 1 character"),
+    ("inf2.xlarge", {"triton_image_source": "archive", "triton_image": "x:1", "triton_image_archive": "images/x.tar"},
+     "triton_image_archive", "absolute path"),
+    ("inf2.xlarge", {"docker_data_root": "/"}, "docker_data_root", "not /"),
+    ("inf2.xlarge", {"models_source": "/nonexistent/models"}, "models_source", "no such directory on the controller"),
+    ("inf2.xlarge", {"triton_extra_args": ["--model-control-mode=poll"]}, "triton_extra_args",
+     "--model-control-mode is managed by tritonfleet"),
+    ("inf2.xlarge", {"triton_extra_args": ["--http-port=9000"]}, "triton_extra_args", "managed"),
+    ("inf2.xlarge", {"docker_ulimit_memlock": -2}, "docker_ulimit_memlock", "greater than or equal to -1"),
+    ("inf2.xlarge", {"models_s3_uri": "s3:/bucket"}, "models_s3_uri", "s3://bucket/prefix"),
+    ("inf2.xlarge", {"models_s3_region": "Mars"}, "models_s3_region", "region name"),
+    ("inf2.xlarge", {"efa_install": "always"}, "efa_install", "has no EFA interface"),
+    ("inf1.6xlarge", {"neuron_inf1_dkms_pin": "2.240.*"}, "neuron_inf1_dkms_pin", "2.24 or older"),
+    ("inf1.6xlarge", {"neuron_dkms_version": "2.26.*"}, "neuron_dkms_version", "2.24 or older"),
+    ("inf2.xlarge", {"neuron_releases": {"2.32.0": {"aws-neuronx-dkms": "latest"}}}, "neuron_releases",
+     "invalid version 'latest'"),
+    ("inf2.xlarge", {"neuron_sdk_release": "x.y"}, "neuron_sdk_release", "invalid version"),
+    ("inf2.xlarge", {"neuron_dkms_version": -1}, "neuron_dkms_version", "valid string"),
+    ("inf2.xlarge", {"triton_servers": [{"devices": [-1]}]}, "triton_servers[0].devices", "device -1 not on"),
+    ("inf2.xlarge", {"triton_servers": [{"cores": [-3]}]}, "triton_servers[0].cores", "not on this server's devices"),
+    ("inf2.xlarge", {"triton_neuron_runtime_version": "new"}, "triton_neuron_runtime_version", "invalid version"),
+]
+
+
+@pytest.mark.parametrize("itype,bad,field,msg", STRICTER)
+def test_stricter_preflight(itype, bad, field, msg):
+    with pytest.raises(ConfigError) as exc:
+        cfg(itype, **bad)
+    text = str(exc.value)
+    assert text.startswith(f"h1: {field}") and msg in text and "\n" not in text, text
+
+
+def test_unambiguous_values_are_accepted():
+    c = host_config({"instance_type": "g5.xlarge", "nvidia_key_fingerprint": FPR, "triton_repository_secret": "s" * 24,
+                     "nvidia_driver_branch": 550})
+    assert c.nvidia.driver_branch == "550"
+    assert cfg("inf1.6xlarge", neuron_inf1_dkms_pin="2.23.*").neuron.inf1_dkms_pin == "2.23.*"
+
+
+def test_secret_values_are_never_echoed():
+    value = "do-not-print-me-0123456789"
+    with pytest.raises(ConfigError) as exc:
+        cfg("inf2.xlarge", triton_repository_secert=value)
+    assert "triton_repository_secert" in str(exc.value) and value not in str(exc.value)
+    with pytest.raises(ConfigError) as exc:  # the configured secret's value under another key
+        cfg("inf2.xlarge", triton_repository_secret=value, triton_shm_size=value)
+    assert "triton_shm_size" in str(exc.value) and value not in str(exc.value)
