@@ -80,6 +80,10 @@ def models() -> None:
         files.sync(name="Model repository (staged from the controller)", src=cfg.models.source,
                    dest=hc.MODELS_STAGING, delete=True, exclude=["*.pyc", "__pycache__"],
                    exclude_dir=["__pycache__"])
-        models_switch(name="Model repository (switched in)", staging=hc.MODELS_STAGING, live=cfg.models.dir)
+        # A new host's empty repository is filled now; a serving host's is switched by the triton role once
+        # its containers pass their health gate, then each changed model is reloaded (and restored if it
+        # fails), so a bad model never takes a server down.
+        models_switch(name="Model repository (first fill)", staging=hc.MODELS_STAGING, live=cfg.models.dir,
+                      previous=hc.MODELS_PREVIOUS, only_if_empty=True)
     else:
         host.noop("models_source not set; the model repository is managed elsewhere")

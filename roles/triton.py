@@ -31,6 +31,7 @@ from roles.neuron import REPO_ID as NEURON_REPO
 from roles.neuron import dkms_pin
 from roles.operations import triton as ops
 from roles.operations.docker import docker_image
+from roles.operations.models import models_switch
 from tritonfleet import compat
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
@@ -346,15 +347,20 @@ def triton() -> None:
         digest = spec_hash(image, args, cmd)
         ops.triton_container(name=f"Triton server {p.name}", container=p.name, image=image, spec_hash=digest,
                              run_args=args + ["--label", f"{hc.LABEL_SPEC}={digest}"], command=cmd,
-                             url=p.local_url, models=models, timeout=t.health_timeout,
+                             # server readiness covers the models it loads at start (strict readiness); models
+                             # that are new in this run are loaded by the model gate after the switch
+                             url=p.local_url, models=[], timeout=t.health_timeout,
                              secret=t.repository_secret)
+    if cfg.models.source:
+        models_switch(name="Model repository (switched in)", staging=hc.MODELS_STAGING, live=cfg.models.dir,
+                      previous=hc.MODELS_PREVIOUS)
     for p in host.loop(placements):
         ops.triton_ready(name=f"Triton server {p.name} ready", container=p.name, url=p.local_url, models=[],
                          timeout=t.health_timeout)
         if t.model_control_mode == "explicit":
             ops.triton_models(name=f"Triton server {p.name} models", container=p.name, url=p.local_url,
-                              models_dir=cfg.models.dir, models=models, header=t.repository_header,
-                              secret=t.repository_secret)
+                              models_dir=cfg.models.dir, previous=hc.MODELS_PREVIOUS, models=models,
+                              header=t.repository_header, secret=t.repository_secret)
         else:
             ops.triton_ready(name=f"Triton server {p.name} models ready", container=p.name, url=p.local_url,
                              models=models, timeout=t.health_timeout)

@@ -28,6 +28,8 @@ OPT_DIR = "/opt/tritonfleet"
 LOADED_DIR = f"{STATE_DIR}/loaded"
 #: The complete copy of the controller's model repository that the live one is switched from.
 MODELS_STAGING = f"{STATE_DIR}/models-staging"
+#: The live repository as it was before the last switch (hard links), to restore a model that fails.
+MODELS_PREVIOUS = f"{STATE_DIR}/models-previous"
 
 #: Default header guarding Triton's restricted APIs. Lowercase: gRPC metadata keys are lowercase and
 #: Triton compares them exactly (gRPC clients send "triton-grpc-protocol-<header>").

@@ -125,7 +125,7 @@ def triton_ready(container: str, url: str, models: list[str], timeout: int):
 
 
 @operation()
-def triton_models(container: str, url: str, models_dir: str, models: list[str], header: str,
+def triton_models(container: str, url: str, models_dir: str, previous: str, models: list[str], header: str,
                   secret: str | None):
     """
     Model gate of a running server in explicit model-control mode: load the models whose files changed
@@ -136,6 +136,7 @@ def triton_models(container: str, url: str, models_dir: str, models: list[str], 
     + container: container name
     + url: the server's HTTP endpoint as seen on the host
     + models_dir: the host's model repository (mounted at /models)
+    + previous: the repository as it was before the last switch (restores a model that fails)
     + models: models that must be ready
     + header: the restricted-API header name
     + secret: its value
@@ -153,5 +154,5 @@ def triton_models(container: str, url: str, models_dir: str, models: list[str], 
     if host.get_fact(CommandSucceeds, command=" && ".join(f"( {c} )" for c in checks)):
         host.noop(f"{container}: {len(models)} models loaded and ready")
         return
-    yield script("triton-models.sh", container, url, models_dir, stamps, *models,
+    yield script("triton-models.sh", container, url, models_dir, stamps, previous, *models,
                  stdin=f"{header}: {secret or ''}\n")

@@ -2,10 +2,19 @@
 # Bring the live model repository in line with a complete staged copy, one atomic rename per file, so
 # Triton never reads a half-written file; files and directories the staged copy lacks are removed
 # (no empty model directories are left behind).
-# usage: models-switch.sh STAGING LIVE
+# The repository as it was is kept in PREVIOUS (hard links, so it costs no space) for the model gate to
+# restore a model that fails to load. With ONLY_IF_EMPTY=1 nothing happens unless LIVE holds no model
+# yet (the first fill of a new host; later switches wait until the server is up).
+# usage: models-switch.sh STAGING LIVE PREVIOUS ONLY_IF_EMPTY
 set -eu
-staging=$1 live=$2
+staging=$1 live=$2 previous=$3 only_if_empty=$4
 mkdir -p "$live"
+if [ "$only_if_empty" = 1 ] && [ -n "$(ls -A "$live")" ]; then
+  exit 0
+fi
+rm -rf "$previous"
+mkdir -p "$(dirname "$previous")"
+cp -al "$live" "$previous" 2>/dev/null || cp -a "$live" "$previous"
 cd "$staging"
 find . -type d | while IFS= read -r d; do mkdir -p "$live/$d"; done
 find . -type f | while IFS= read -r f; do

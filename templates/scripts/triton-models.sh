@@ -2,11 +2,13 @@
 # Model gate for a running server (explicit model control): load the models whose files changed since
 # they were loaded (or that are not ready), unload models whose directory left the repository, then
 # require every listed model to be READY, printing Triton's own reason for each that is not.
+# A model that fails to load is put back as it was before the last switch (PREVIOUS) and loaded again,
+# or, if it is new, taken out of the live repository, so a restart never meets the broken files.
 # The restricted-API header line ("name: value") comes on stdin, never as an argument.
-# usage: triton-models.sh CONTAINER URL MODELS_DIR STAMP_DIR MODEL...
+# usage: triton-models.sh CONTAINER URL MODELS_DIR STAMP_DIR PREVIOUS MODEL...
 set -u
-name=$1 url=$2 dir=$3 stamps=$4
-shift 4
+name=$1 url=$2 dir=$3 stamps=$4 previous=$5
+shift 5
 IFS= read -r hdr || true
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
@@ -30,9 +32,21 @@ for m in "$@"; do
   code=$(api "models/$m/load")
   if [ "$code" = 200 ]; then
     touch "$st"
+    continue
+  fi
+  echo "ERROR: model $m did not load (HTTP $code): $(cat "$tmp")" >&2
+  failed=1
+  if [ -d "$previous/$m" ]; then
+    rm -rf "${dir:?}/$m" && cp -a "$previous/$m" "$dir/$m"
+    if [ "$(api "models/$m/load")" = 200 ]; then
+      touch "$st"
+      echo "ERROR: restored the previous version of $m, which serves again" >&2
+    else
+      echo "ERROR: restored the previous version of $m, but it does not load either: $(cat "$tmp")" >&2
+    fi
   else
-    echo "ERROR: model $m did not load (HTTP $code): $(cat "$tmp")" >&2
-    failed=1
+    rm -rf "${dir:?}/$m"
+    echo "ERROR: took the new model $m out of the live repository (a restart would fail on it)" >&2
   fi
 done
 code=$(api index)

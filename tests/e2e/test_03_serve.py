@@ -47,8 +47,9 @@ def test_container_has_exactly_its_device_and_limits(served):
     assert mounts["/models"]["RW"] is False and mounts["/mylib/udev"]["RW"] is False
     args = c["Args"]
     assert "--model-control-mode=explicit" in args and "--model-repository=/models" in args
-    assert any(a.startswith("--http-restricted-api=model-repository:") for a in args)
-    assert any(a.startswith("--grpc-restricted-protocol=model-repository:") for a in args)
+    restricted = "model-repository,logging,trace,shared-memory:x-tritonfleet-repository-key="
+    assert any(a.startswith("--http-restricted-api=" + restricted) for a in args)
+    assert any(a.startswith("--grpc-restricted-protocol=" + restricted) for a in args)
 
 
 def test_inference_over_http_and_grpc(served):
@@ -146,9 +147,11 @@ def test_health_gate_failure_shows_reason_and_logs(served, tmp_path):
                                                         "triton_health_timeout": 20})
     run = pyinfra(inv, "deploys/serve.py")
     assert run.returncode != 0
-    assert "Triton server triton:" in run.output and "last log lines" in run.output
+    assert "Triton server triton is not running" in run.output and "first error lines of its log" in run.output
     # a line only Triton itself writes (the container's log), not our own message
-    assert "failed to poll model 'no_such_model'" in run.output or "failed to load all models" in run.output
+    assert "no_such_model" in run.output.split("first error lines of its log:", 1)[1]
+    assert "rolled back to the previous container" in run.output and "which serves again" in run.output
+    _check_add_sub(host_ip("scratch"), 8000, 8001)
 
 
 def test_ecr_image_is_pulled_through_the_instance_profile_helper(sandbox, tmp_path):

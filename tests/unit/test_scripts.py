@@ -289,8 +289,11 @@ def test_models_switch_updates_removes_and_leaves_no_empty_dirs(tmp_path):
     (live / "gone" / "1").mkdir(parents=True)
     (live / "gone" / "1" / "model.py").write_text("x\n")
     inode = (live / "add_sub" / "1" / "model.py").stat().st_ino
-    proc = run("models-switch.sh", str(staging), str(live))
+    previous = tmp_path / "previous"
+    proc = run("models-switch.sh", str(staging), str(live), str(previous), "0")
     assert proc.returncode == 0, proc.stderr
+    assert (previous / "add_sub" / "config.pbtxt").read_text() == "old config\n"  # kept for restores
+    assert (previous / "gone" / "1" / "model.py").exists()
     assert (live / "add_sub" / "config.pbtxt").read_text() == "new config\n"
     assert (live / "add_sub" / "1" / "model.py").stat().st_ino == inode  # unchanged files are not touched
     assert not (live / "gone").exists()
@@ -353,7 +356,8 @@ def triton_api(tmp_path):
 
     def gate(*models: str):
         return subprocess.run(["sh", "-c", script_body("triton-models.sh"), "triton-models.sh", "triton",
-                               "http://127.0.0.1:8000", str(repo), str(tmp_path / "stamps"), *models],
+                               "http://127.0.0.1:8000", str(repo), str(tmp_path / "stamps"), str(tmp_path / "previous"),
+                               *models],
                               input="x-key: s3cret\n", capture_output=True, text=True, timeout=30,
                               env={**os.environ, **env})
     return gate, repo, state
@@ -382,14 +386,29 @@ def test_models_gate_loads_a_changed_model_and_a_new_one(triton_api):
     assert gate("add_sub", "other", "fresh").returncode == 0 and len(calls(state)) == 2  # the next run: nothing
 
 
-def test_models_gate_reports_trions_reason(triton_api):
+def test_models_gate_reports_tritons_reason_and_restores_the_previous_version(triton_api, tmp_path):
     gate, repo, state = triton_api
+    import shutil
+
+    shutil.copytree(repo, tmp_path / "previous")  # what models-switch.sh keeps
     (repo / "add_sub" / "1" / "model.py").write_text("raise RuntimeError('boom')\n")
     (state / "fail-add_sub").touch()
     proc = gate("add_sub", "other")
     assert proc.returncode == 1
     assert "model add_sub did not load (HTTP 400)" in proc.stderr and "RuntimeError: boom" in proc.stderr
     assert "s3cret" not in proc.stderr and (state / "headers").read_text().splitlines()[0] == "x-key: s3cret"
+    assert "restored the previous version of add_sub" in proc.stderr
+    assert not (repo / "add_sub" / "1" / "model.py").exists()  # the files before the switch are back
+
+
+def test_a_new_model_that_fails_leaves_the_live_repository(triton_api):
+    gate, repo, state = triton_api
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "config.pbtxt").write_text('name: "broken"\n')
+    (state / "fail-broken").touch()
+    proc = gate("add_sub", "other", "broken")
+    assert proc.returncode == 1 and "took the new model broken out of the live repository" in proc.stderr
+    assert not (repo / "broken").exists()
 
 
 def test_models_gate_unloads_models_that_left_the_repository(triton_api):

@@ -1,0 +1,100 @@
+"""Faults must never leave serving worse than before the run (sandbox e2e, asserted from outside:
+docker inspect over SSH and tritonclient against the host)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import tritonclient.http as httpclient
+
+from tests.e2e.helpers import host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.test_01_sandbox import _check_add_sub
+from tritonfleet.sandbox import fleet
+
+HOST = "scratch"
+SAMPLES = fleet.SAMPLES
+
+
+def _container(name: str = "triton") -> dict:
+    return json.loads(ssh(HOST, f"docker inspect {name}").stdout)[0]
+
+
+@pytest.fixture(scope="module")
+def repo(sandbox, tmp_path_factory):
+    """A controller-side model repository (a copy of the sandbox sample) served on a bare host."""
+    fleet.reset_host(HOST)
+    base = tmp_path_factory.mktemp("faults")
+    models = base / "models"
+    shutil.copytree(SAMPLES, models)
+    inv = write_inventory(base, [HOST], extra={"models_source": str(models)})
+    run = pyinfra(inv, "deploys/serve.py")
+    assert run.returncode == 0, run.output[-5000:]
+    return base, models
+
+
+def _run(base, models, **extra):
+    inv = write_inventory(base, [HOST], extra={"models_source": str(models), **extra})
+    return pyinfra(inv, "deploys/serve.py")
+
+
+def test_a_new_container_that_fails_its_gate_is_rolled_back(repo):
+    base, models = repo
+    before = _container()
+    run = _run(base, models, triton_extra_args=["--log-verbose=not-a-number"], triton_health_timeout=60)
+    assert run.returncode != 0
+    assert "the new triton failed its health gate; rolled back to the previous container" in run.output
+    assert "which serves again" in run.output
+    after = _container()
+    assert after["Config"]["Labels"]["com.tritonfleet.spec"] == before["Config"]["Labels"]["com.tritonfleet.spec"]
+    assert after["State"]["Running"] and "--log-verbose=not-a-number" not in after["Args"]
+    _check_add_sub(host_ip(HOST), 8000, 8001)
+    record = json.loads(ssh(HOST, "cat /var/lib/tritonfleet/servers/triton.json").stdout)
+    assert record["spec"] == before["Config"]["Labels"]["com.tritonfleet.spec"]  # the record was not advanced
+
+
+def test_a_broken_model_change_fails_with_tritons_reason_and_is_restored(repo):
+    base, models = repo
+    before = _container()
+    model_py = models / "add_sub" / "1" / "model.py"
+    good = model_py.read_text()
+    model_py.write_text(good + "\n    def initialize(self, args):\n        raise RuntimeError('broken on purpose')\n")
+    try:
+        run = _run(base, models)
+        assert run.returncode != 0
+        assert "model add_sub did not load" in run.output and "broken on purpose" in run.output
+        assert "restored the previous version of add_sub, which serves again" in run.output
+        assert _container()["Id"] == before["Id"]
+        _check_add_sub(host_ip(HOST), 8000, 8001)
+        live = ssh(HOST, "cat /opt/tritonfleet/models/add_sub/1/model.py").stdout
+        assert "broken on purpose" not in live  # a restart would not meet the broken files
+    finally:
+        model_py.write_text(good)
+    run = _run(base, models)
+    assert run.returncode == 0, run.output[-4000:]
+
+
+def test_a_new_model_is_loaded_and_a_removed_one_leaves_no_trace(repo):
+    base, models = repo
+    before = _container()
+    shutil.copytree(models / "add_sub", models / "add_sub2")
+    conf = models / "add_sub2" / "config.pbtxt"
+    conf.write_text(conf.read_text().replace('name: "add_sub"', 'name: "add_sub2"'))
+    run = _run(base, models)
+    assert run.returncode == 0, run.output[-4000:]
+    client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000")
+    assert client.is_model_ready("add_sub2") and _container()["Id"] == before["Id"]
+
+    shutil.rmtree(models / "add_sub2")
+    run = _run(base, models)
+    assert run.returncode == 0, run.output[-4000:]
+    assert not client.is_model_ready("add_sub2")
+    assert ssh(HOST, "ls /opt/tritonfleet/models").stdout.split() == ["add_sub"]
+    # a restart meets a clean repository (no empty add_sub2/1 left to crash-loop on)
+    ssh(HOST, "docker restart triton >/dev/null")
+    _check_add_sub(host_ip(HOST), 8000, 8001)
+    assert _container()["RestartCount"] == 0
+
+    second = _run(base, models)
+    assert second.returncode == 0 and second.totals.get("changed") == 0, second.output[-3000:]
