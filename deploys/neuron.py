@@ -2,12 +2,11 @@
 
     pyinfra inventories/inf2.py deploys/neuron.py
 
-preflight -> connection -> base -> neuron (repo, headers, pinned driver/tools, legacy cleanup, device check) -> efa
+preflight -> base -> neuron (repo, headers, pinned driver/tools, legacy cleanup, device check) -> efa
 -> nvidia on GPU hosts -> docker engine.
 """
 
 from roles.base import base
-from roles.connection import connection
 from roles.docker import docker
 from roles.efa import efa
 from roles.neuron import neuron
@@ -15,7 +14,6 @@ from roles.nvidia import nvidia
 from roles.preflight import preflight
 
 preflight()
-connection()
 base()
 neuron()
 efa()

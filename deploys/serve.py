@@ -2,12 +2,11 @@
 
     pyinfra inventories/inf2.py deploys/serve.py
 
-preflight -> connection -> base -> neuron, efa or nvidia -> docker -> models -> triton (image, compatibility gate,
+preflight -> base -> neuron, efa or nvidia -> docker -> models -> triton (image, compatibility gate,
 containers, health gate).
 """
 
 from roles.base import base
-from roles.connection import connection
 from roles.docker import docker
 from roles.efa import efa
 from roles.models import models
@@ -17,7 +16,6 @@ from roles.preflight import preflight
 from roles.triton import triton
 
 preflight()
-connection()
 base()
 neuron()
 efa()

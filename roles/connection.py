@@ -4,6 +4,7 @@ mid-run (a network partition, a hung instance) is named and failed while the oth
 pyinfra's own ``CONNECT_TIMEOUT`` (10 s) bounds connecting; this role bounds an established connection
 that goes silent, which would otherwise block for as long as TCP retransmits (about 15 minutes). Long
 commands (image builds, driver compiles) are not cut short: a live host answers the keepalives.
+It has no operations: preflight calls its ``on_connect`` hook for every host before any fact is read.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ from __future__ import annotations
 import socket
 
 from pydantic import Field
-from pyinfra import host, logger
-from pyinfra.api import deploy
+from pyinfra import logger
 
-from roles.context import config_for
-from tritonfleet.config import Role, RoleSettings
+from tritonfleet.config import HostConfig, Role, RoleSettings
 
 
 class Settings(RoleSettings):
@@ -25,20 +24,18 @@ class Settings(RoleSettings):
         "host is reported failed (TCP_USER_TIMEOUT)."))
 
 
-ROLE = Role("connection", Settings, "SSH keepalives and a dead-peer timeout for every host", order=5)
-
-
-@deploy("Connection")
-def connection() -> None:
-    cfg = config_for()
-    client = getattr(host.connector, "client", None)  # the SSH connector's paramiko client
+def harden(h, cfg: HostConfig) -> None:
+    """Keepalives and TCP_USER_TIMEOUT on the host's SSH socket (called by preflight, before any fact)."""
+    client = getattr(h.connector, "client", None)  # the SSH connector's paramiko client
     transport = client.get_transport() if client is not None else None
-    if transport is None:
-        host.noop("no SSH transport (local or @fake connector)")
+    if transport is None:  # local or @fake connector
         return
     transport.set_keepalive(cfg.connection.keepalive)
     try:
         transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, cfg.connection.dead_after * 1000)
     except (AttributeError, OSError) as exc:  # not Linux, or not a TCP socket (ProxyCommand)
-        logger.warning(f"{host.name}: dead-peer timeout not set ({exc}); keepalives only")
-    host.noop(f"keepalive {cfg.connection.keepalive}s, dead after {cfg.connection.dead_after}s")
+        logger.warning(f"{h.name}: dead-peer timeout not set ({exc}); keepalives only")
+
+
+ROLE = Role("connection", Settings, "SSH keepalives and a dead-peer timeout for every host", order=5,
+            on_connect=harden)

@@ -56,7 +56,8 @@ def validate_all(state=None) -> dict[str, HostConfig]:
     """Validate every host of the inventory (once per run); raise with one line per bad host.
 
     The data is checked first, with no remote command (except IMDS for a missing instance type); only
-    when every host's data is good are the hosts asked which OS they run."""
+    when every host's data is good are the roles' ``on_connect`` hooks called (the connection role sets
+    keepalives there) and the hosts asked which OS they run."""
     state = state or host.state
     cached = context.stored(state)
     if cached is not None:
@@ -65,6 +66,10 @@ def validate_all(state=None) -> dict[str, HostConfig]:
     hosts = sorted(list(state.inventory.iter_activated_hosts()) or list(state.inventory), key=lambda x: x.name)
     configs, errors = _each(hosts, lambda h: _validate(h, roles))
     if not errors:
+        for h in hosts:
+            for role in roles:
+                if role.on_connect is not None:
+                    role.on_connect(h, configs[h.name])
         configs, errors = _each(hosts, lambda h: _platform(h, configs[h.name]))
     if errors:
         raise PreflightError("preflight failed, nothing was changed:\n  " + "\n  ".join(errors))

@@ -102,7 +102,9 @@ class Role:
     """What a role registers: its name (the key prefix), its settings model and its cross-checks.
 
     ``checks(cfg)`` sees the whole :class:`HostConfig` (every role's settings, the instance type, the
-    platform) and raises :class:`FieldProblem`. ``order`` sorts roles in documentation and checks.
+    platform) and raises :class:`FieldProblem`. ``on_connect(host, cfg)`` is called by preflight for
+    every host once its data is valid, before anything else is asked of the host (e.g. to tune the
+    connection). ``order`` sorts roles in documentation and checks.
     """
 
     name: str
@@ -110,6 +112,7 @@ class Role:
     summary: str = ""
     checks: Callable[[HostConfig], None] | None = None
     order: int = 50
+    on_connect: Callable[[Any, HostConfig], None] | None = None
 
     def keys(self) -> list[str]:
         return [f"{self.name}_{f}" for f in self.settings.model_fields]

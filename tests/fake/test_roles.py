@@ -8,7 +8,6 @@ import shlex
 import pytest
 
 from roles.base import base
-from roles.connection import connection
 from roles.docker import docker
 from roles.efa import efa
 from roles.models import models
@@ -21,7 +20,7 @@ FPR = "0123456789ABCDEF0123456789ABCDEF01234567"
 SECRET = "s" * 24
 DATA = {"neuron_key_fingerprint": FPR, "nvidia_key_fingerprint": FPR, "efa_key_fingerprint": FPR,
         "triton_repository_secret": SECRET}
-NEURON_DEPLOY = [connection, base, neuron, efa, nvidia, docker]
+NEURON_DEPLOY = [base, neuron, efa, nvidia, docker]
 SERVE_DEPLOY = [*NEURON_DEPLOY, models, triton]
 APT = {"ubuntu2204", "ubuntu2404", "debian12"}
 
@@ -160,7 +159,7 @@ def test_models(monkeypatch, os_key, tmp_path):
 @pytest.mark.parametrize("os_key", PLATFORMS)
 @pytest.mark.parametrize("itype", ["inf2.xlarge", "trn1.32xlarge", "g5.xlarge"])
 def test_whole_deploys(monkeypatch, os_key, itype):
-    """Every role of deploys/serve.py (deploys/neuron.py is its first six) in order, no failed check."""
+    """Every role of deploys/serve.py (deploys/neuron.py is its first five) in order, no failed check."""
     rec = run_deploys(SERVE_DEPLOY, {**DATA, "instance_type": itype}, os_key, monkeypatch)
     runs = [c for c in rec.commands if "triton-swap.sh" in c]
     assert len(runs) == 1 and "--privileged" not in runs[0]
