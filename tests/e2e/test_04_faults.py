@@ -98,3 +98,30 @@ def test_a_new_model_is_loaded_and_a_removed_one_leaves_no_trace(repo):
 
     second = _run(base, models)
     assert second.returncode == 0 and second.totals.get("changed") == 0, second.output[-3000:]
+
+
+def test_status_asks_docker_and_triton(repo):
+    """Docker stopped, Triton serving (live-restore): status says both; a stopped server fails the exit code."""
+    from tritonfleet.face.status import fleet_status
+
+    base, models = repo
+    inv = write_inventory(base, [HOST], extra={"models_source": str(models)})
+    ssh(HOST, "systemctl stop docker.socket docker.service")
+    try:
+        (row,) = fleet_status(inv)
+        assert row["state"].startswith("docker not answering"), row
+        assert row["ready_models"] == "add_sub" and row["serving"] is True
+    finally:
+        ssh(HOST, "systemctl start docker.service")
+    ssh(HOST, "docker stop triton >/dev/null")
+    try:
+        (row,) = fleet_status(inv)
+        assert row["state"] == "exited" and row["ready_models"] == "not answering" and row["serving"] is False
+        ssh(HOST, "docker rm -f triton >/dev/null")
+        (row,) = fleet_status(inv)
+        assert row["state"] == "missing (expected triton)" and row["serving"] is False
+    finally:
+        run = _run(base, models)  # the next run brings the server back, and keeps the rollback target
+        assert run.returncode == 0, run.output[-3000:]
+    record = json.loads(ssh(HOST, "cat /var/lib/tritonfleet/servers/triton.json").stdout)
+    assert record["previous"] is None or record["previous"]["spec"] != record["spec"]

@@ -39,16 +39,17 @@ def _endpoint(data: dict, labels: dict) -> str:
     return f"http://{addr}:{port}" if port else "-"
 
 
-def _ready_models(session: Session, port: str, header: str) -> list[str] | None:
-    """READY models from the server's repository index (None: the server does not answer)."""
-    rc, out, _ = session.run(f"curl -fsS -m 3 -X POST -H @- http://127.0.0.1:{shlex.quote(port)}/v2/repository/index",
-                             stdin=header)
-    if rc != 0:
-        return None
+def _triton(session: Session, port: str, header: str) -> tuple[bool, list[str] | None]:
+    """Ask the server itself, on the host: is it ready, and which models are READY (None: no index)."""
+    base = f"http://127.0.0.1:{shlex.quote(port)}/v2"
+    rc, out, _ = session.run(f"curl -fsS -m 3 -o /dev/null {base}/health/ready && echo @ready; "
+                             f"curl -fsS -m 3 -X POST -H @- {base}/repository/index", stdin=header)
+    ready = out.startswith("@ready")
     try:
-        return sorted(m["name"] for m in json.loads(out or "[]") if m.get("state") == "READY")
+        index = json.loads(out.removeprefix("@ready").strip() or "null")
+        return ready, sorted(m["name"] for m in index if m.get("state") == "READY")
     except (ValueError, TypeError, KeyError):
-        return None
+        return ready, None
 
 
 def _previous(session: Session, name: str) -> str:
@@ -59,42 +60,70 @@ def _previous(session: Session, name: str) -> str:
     return f"{record.previous.image} (spec {record.previous.spec})"
 
 
+def _expected(name: str, data: dict) -> dict[str, int]:
+    """Servers the inventory places on the host: name -> HTTP port (empty when the data does not say)."""
+    from roles import all_roles
+    from tritonfleet.config import ConfigError, load_host_config
+
+    if not data.get("instance_type"):
+        return {}
+    try:
+        cfg = load_host_config(name, data, all_roles())
+    except ConfigError:
+        return {}
+    return {p.name: p.http_port for p in cfg.triton.placements}
+
+
 def host_status(name: str, data: dict, *, previous: bool = False) -> list[dict[str, Any]]:
-    """One row per Triton container on the host, or one row saying why there is none."""
+    """One row per Triton server on the host (the ones Docker runs and the ones the inventory places
+    there), or one row saying why there is none. Docker and Triton are both asked: a server can serve
+    while the Docker daemon is down (live-restore), or run without serving."""
+    expected = _expected(name, data)
     try:
         session = connect(name, data)
     except HostUnreachable as exc:
         return [{"host": name, "error": str(exc), "serving": False}]
     try:
         header = f"{data.get('triton_repository_header', hc.REPOSITORY_HEADER)}: {data.get('triton_repository_secret') or ''}"
+        docker_error = None
         try:
             client = session.docker()
-            containers = [hc.container_summary(c.attrs) for c in
-                          client.containers.list(all=True, filters={"label": f"{hc.LABEL_ROLE}={hc.ROLE_TRITON}"})]
+            containers = {hc.container_summary(c.attrs)["labels"].get(hc.LABEL_SERVER) or c.name:
+                          hc.container_summary(c.attrs) for c in
+                          client.containers.list(all=True, filters={"label": f"{hc.LABEL_ROLE}={hc.ROLE_TRITON}"})}
         except Exception as exc:  # noqa: BLE001 - any Docker failure is shown in the table
-            return [{"host": name, "error": f"docker: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                     "serving": False}]
+            containers = {}
+            docker_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         rows = []
-        for c in containers:
-            labels = c["labels"]
-            port = labels.get(hc.LABEL_ENDPOINT, ":8000").rpartition(":")[2]
-            ready = _ready_models(session, port, header) if c["running"] else None
-            state = "restarting" if c["restarting"] else c["status"]
-            if c["restart_count"]:
-                state += f" ({c['restart_count']} restarts)"
+        for server in dict.fromkeys([*expected, *containers]):
+            c = containers.get(server)
+            labels = c["labels"] if c else {}
+            port = labels.get(hc.LABEL_ENDPOINT, "").rpartition(":")[2] or str(expected.get(server, 8000))
+            serving, ready = _triton(session, port, header)
+            if c is not None:
+                state = "restarting" if c["restarting"] else c["status"]
+                if c["restart_count"]:
+                    state += f" ({c['restart_count']} restarts)"
+            elif docker_error:
+                state = f"docker not answering ({docker_error[:60]})"
+            else:
+                state = f"missing (expected {server})"
+            endpoint = _endpoint(data, labels) if labels else f"http://{data.get('ssh_hostname', name)}:{port}"
             row = {
-                "host": name, "server": labels.get(hc.LABEL_SERVER) or "?", "image": c["image"],
-                "devices": ",".join(d.removeprefix("/dev/") for d in c["devices"]) or labels.get(hc.LABEL_DEVICES) or "-",
+                "host": name, "server": server, "image": c["image"] if c else "?",
+                "devices": (",".join(d.removeprefix("/dev/") for d in c["devices"]) or labels.get(hc.LABEL_DEVICES)
+                            or "-") if c else "?",
                 "cores": labels.get(hc.LABEL_CORES) or "-", "state": state,
-                "uptime": _uptime(c["started_at"], c["running"]),
-                "ready_models": ", ".join(ready) if ready else ("-" if ready is not None else "not answering"),
-                "endpoint": _endpoint(data, labels),
-                "serving": bool(c["running"] and not c["restarting"] and ready is not None),
+                "uptime": _uptime(c["started_at"], c["running"]) if c else "-",
+                "ready_models": ", ".join(ready) if ready else ("-" if serving else "not answering"),
+                "endpoint": endpoint,
+                "serving": serving and (c is None or not c["restarting"]),
             }
             if previous:
-                row["previous"] = _previous(session, row["server"])
+                row["previous"] = _previous(session, server)
             rows.append(row)
-        return rows or [{"host": name, "error": "no Triton servers", "serving": False}]
+        return rows or [{"host": name, "error": f"no Triton servers{' (docker: ' + docker_error + ')' if docker_error else ''}",
+                         "serving": False}]
     finally:
         session.close()
 
