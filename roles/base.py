@@ -8,6 +8,8 @@ from pyinfra.operations import files
 
 from roles import platform
 from roles.context import config_for
+from roles.operations.files import writable_dirs
+from tritonfleet import hostcontract as hc
 from tritonfleet.config import Role, RoleSettings
 from tritonfleet.templating import template_path
 
@@ -33,6 +35,7 @@ ROLE = Role("base", Settings, "the tools the other roles use, memlock limit", or
 @deploy("Base")
 def base() -> None:
     cfg = config_for()
+    writable_dirs(name="tritonfleet directories writable", paths=[hc.STATE_DIR, hc.OPT_DIR])
     platform.install("Baseline packages", cfg.base.packages)
     files.template(name="memlock limit", src=str(template_path("base/limits-memlock.conf.j2")),
                    dest="/etc/security/limits.d/90-tritonfleet-memlock.conf", mode="644",

@@ -119,3 +119,20 @@ def test_every_operation_has_cases() -> None:
                 if hasattr(obj, "_inner") and getattr(obj, "__module__", "") == module.__name__}
     covered = {d.name for d in CASES.iterdir() if any(d.glob("*.json"))}
     assert ops and ops <= covered, f"operations without cases: {sorted(ops - covered)}"
+
+
+def test_writable_dirs_names_a_path_it_cannot_write(tmp_path) -> None:
+    """The failure command, run for real: a directory that cannot be created, and one that can."""
+    import subprocess
+
+    from roles.operations.files import writable_dirs
+
+    good, bad = tmp_path / "ok", "/proc/tritonfleet-test"
+    fake = FakeHost({}, True)
+    fake.get_fact = lambda cls, **kw: False  # the probe says: not writable
+    with ctx_state.use(fake.state), ctx_host.use(fake):
+        (command,) = list(writable_dirs._inner(paths=[str(good), bad]))
+    proc = subprocess.run(["sh", "-c", command.get_raw_value()], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and good.is_dir()
+    assert f"ERROR: {bad} is not writable or is full on this host" in proc.stderr and "\n" == proc.stderr[-1]
+    assert proc.stderr.count("\n") == 1  # one line
