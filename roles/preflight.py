@@ -17,6 +17,7 @@ from pyinfra.facts.server import LinuxDistribution
 
 from roles import all_roles, context
 from roles.context import config_for
+from roles.facts import cache as fact_cache
 from roles.facts.system import ImdsInstanceType
 from tritonfleet.config import DEFAULT_IMDS, MISSING, ConfigError, HostConfig, load_host_config
 from tritonfleet.platforms import UnsupportedPlatform, from_distribution
@@ -62,6 +63,7 @@ def validate_all(state=None) -> dict[str, HostConfig]:
     cached = context.stored(state)
     if cached is not None:
         return cached
+    fact_cache.install(state)
     roles = all_roles()
     hosts = sorted(list(state.inventory.iter_activated_hosts()) or list(state.inventory), key=lambda x: x.name)
     configs, errors = _each(hosts, lambda h: _validate(h, roles))
