@@ -1,0 +1,42 @@
+"""What a run that changes nothing costs, counted on the connection (pyinfra's --debug log of every
+command it sends), and that no secret reaches that log."""
+
+from __future__ import annotations
+
+import re
+
+from tests.e2e.helpers import pyinfra, write_inventory
+from tritonfleet.sandbox import fleet
+
+#: Remote commands per host for a no-op deploys/serve.py run (the converge-cost budget).
+NOOP_BUDGET = 20
+HOST = "inf2"
+
+
+def _sent(output: str, host: str) -> tuple[int, int]:
+    commands = len(re.findall(rf"Running command on {re.escape(host)}:", output))
+    uploads = len(re.findall(r"Attempting upload of ", output))
+    return commands, uploads
+
+
+def test_noop_serve_run_stays_within_the_command_budget(sandbox, tmp_path):
+    inv = write_inventory(tmp_path, [HOST])
+    first = pyinfra(inv, "deploys/serve.py")
+    assert first.returncode == 0, first.output[-4000:]
+    again = pyinfra(inv, "--debug", "deploys/serve.py")
+    assert again.returncode == 0 and again.totals["changed"] == 0 and again.totals["operations"] > 0, \
+        again.output[-4000:]
+    commands, uploads = _sent(again.output, HOST)
+    print(f"no-op serve run on {HOST}: {commands} remote commands, {uploads} uploads")
+    assert uploads == 0
+    assert 0 < commands <= NOOP_BUDGET, f"{commands} remote commands on a no-op run (budget {NOOP_BUDGET})"
+    secret = fleet.load_state()["repository_secret"]
+    assert secret not in again.output
+
+
+def test_a_changing_run_masks_the_secret_in_debug_output(sandbox, tmp_path):
+    inv = write_inventory(tmp_path, [HOST], extra={"triton_shm_size": "768m"})
+    run = pyinfra(inv, "--debug", "-vv", "deploys/serve.py")
+    assert run.returncode == 0, run.output[-4000:]
+    assert "triton-swap.sh" in run.output and "*MASKED*" in run.output
+    assert fleet.load_state()["repository_secret"] not in run.output
