@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 from pyinfra.api import deploy
-from pyinfra.operations import files
 
 from roles import platform
 from roles.context import config_for
-from roles.operations.files import writable_dirs
+from roles.operations.files import managed_files, writable_dirs
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import Role, RoleSettings
-from tritonfleet.templating import template_path
+from tritonfleet.templating import render
 
 
 class Settings(RoleSettings):
@@ -37,6 +36,6 @@ def base() -> None:
     cfg = config_for()
     writable_dirs(name="tritonfleet directories writable", paths=[hc.STATE_DIR, hc.OPT_DIR])
     platform.install("Baseline packages", cfg.base.packages)
-    files.template(name="memlock limit", src=str(template_path("base/limits-memlock.conf.j2")),
-                   dest="/etc/security/limits.d/90-tritonfleet-memlock.conf", mode="644",
-                   limit=cfg.base.memlock_limit)
+    managed_files(name="memlock limit", files={
+        "/etc/security/limits.d/90-tritonfleet-memlock.conf": render("base/limits-memlock.conf.j2",
+                                                                     limit=cfg.base.memlock_limit)})

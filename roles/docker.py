@@ -7,16 +7,19 @@ import re
 from pydantic import Field, field_validator
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files, systemd
+from pyinfra.operations import files
 
 from roles import platform
 from roles.context import config_for
 from roles.facts.packages import InstalledPackages
+from roles.operations.files import managed_files
+from roles.operations.services import services
 from tritonfleet.config import HostConfig, Role, RoleSettings, absolute_path
-from tritonfleet.templating import template_path
+from tritonfleet.templating import render
 
 #: Engines from Docker's own repositories: left as they are.
 DOCKER_CE = "docker-ce"
+DOCKER_UNIT = "docker.service"
 
 
 class Settings(RoleSettings):
@@ -75,8 +78,8 @@ def docker() -> None:
         platform.install("Docker engine package", [cfg.docker.package or "docker"])
     if cfg.docker.data_root:
         files.directory(name="Docker data-root", path=cfg.docker.data_root, mode="711")
-    daemon_json = files.template(name="daemon.json", src=str(template_path("docker/daemon.json.j2")),
-                                 dest="/etc/docker/daemon.json", mode="644", config=daemon_config(cfg))
-    systemd.service(name="Docker running and enabled", service="docker.service", running=True, enabled=True)
-    systemd.service(name="Restart Docker for the new daemon.json", service="docker.service", running=None,
-                    restarted=True, _if=daemon_json.did_change)
+    daemon_json = managed_files(name="daemon.json", files={
+        "/etc/docker/daemon.json": render("docker/daemon.json.j2", config=daemon_config(cfg))})
+    services(name="Docker running and enabled", units=[DOCKER_UNIT], running=True, enabled=True)
+    services(name="Restart Docker for the new daemon.json", units=[DOCKER_UNIT], restarted=True,
+             _if=daemon_json.did_change)

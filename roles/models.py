@@ -12,6 +12,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles.context import config_for
+from roles.operations.files import sync_tree
 from roles.operations.models import models_switch
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import FieldProblem, HostConfig, Role, RoleSettings, http_url
@@ -77,9 +78,8 @@ def models() -> None:
     if cfg.models.source:
         # A killed upload leaves a partial file in the staging copy only; the live repository is switched
         # from a complete copy, file by file with renames.
-        files.sync(name="Model repository (staged from the controller)", src=cfg.models.source,
-                   dest=hc.MODELS_STAGING, delete=True, exclude=["*.pyc", "__pycache__"],
-                   exclude_dir=["__pycache__"])
+        sync_tree(name="Model repository (staged from the controller)", src=cfg.models.source,
+                  dest=hc.MODELS_STAGING)
         # A new host's empty repository is filled now; a serving host's is switched by the triton role once
         # its containers pass their health gate, then each changed model is reloaded (and restored if it
         # fails), so a bad model never takes a server down.

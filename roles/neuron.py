@@ -8,15 +8,16 @@ from pydantic import Field, field_validator, model_validator
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import KernelVersion
-from pyinfra.operations import files, systemd
 
 from roles import platform
 from roles.context import config_for
 from roles.operations.accelerators import verify_neuron_devices
+from roles.operations.files import managed_files
+from roles.operations.services import services
 from tritonfleet import compat
 from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, http_url
 from tritonfleet.fingerprints import fingerprint
-from tritonfleet.templating import template_path
+from tritonfleet.templating import render
 
 LEGACY_PACKAGES = ["aws-neuron-runtime", "aws-neuron-dkms", "aws-neuron-tools"]
 NEURON_BIN = "/opt/aws/neuron/bin"
@@ -142,14 +143,14 @@ def neuron() -> None:
     platform.signed_repo("Neuron", REPO_ID, key_url=n.effective_key_url(), fingerprint=n.key_fingerprint,
                          apt_url=n.apt_url, apt_suite=n.apt_suite, yum_url=n.yum_url)
     if n.remove_legacy:
-        systemd.service(name="Stop legacy neuron-rtd", service="neuron-rtd.service", running=False)
+        services(name="Stop legacy neuron-rtd", units=["neuron-rtd.service"], running=False)
         platform.remove("Remove legacy Neuron packages", LEGACY_PACKAGES)
     if n.kernel_headers:
         platform.install("Kernel headers for the running kernel", ["kernel-headers"], kernel=kernel)
     platform.install("Neuron driver and tools (pinned)", package_pins(cfg))
-    files.line(name="Load the neuron module at boot", path="/etc/modules-load.d/neuron.conf", line="neuron")
-    files.template(name="Neuron tools on PATH", src=str(template_path("neuron/profile.sh.j2")),
-                   dest="/etc/profile.d/neuron.sh", mode="644", bin_dir=NEURON_BIN)
+    managed_files(name="neuron module at boot, Neuron tools on PATH", files={
+        "/etc/modules-load.d/neuron.conf": "neuron\n",
+        "/etc/profile.d/neuron.sh": render("neuron/profile.sh.j2", bin_dir=NEURON_BIN)})
     verify_neuron_devices(name="Neuron devices match the instance type", instance_type=cfg.instance.name,
                           expected=cfg.instance.device_count,
                           headers_package=cfg.platform.package("kernel-headers", kernel=kernel))

@@ -7,15 +7,13 @@ host uses and what its packages are called; this module turns that into operatio
 from __future__ import annotations
 
 from collections.abc import Mapping
-from io import StringIO
-
-from pyinfra.operations import files
 
 from roles.context import config_for
+from roles.operations.files import managed_files
 from roles.operations.keys import keyring
 from roles.operations.packages import packages
 from tritonfleet.platforms import Platform
-from tritonfleet.templating import template_path
+from tritonfleet.templating import render
 
 APT_KEYRINGS = "/etc/apt/keyrings"
 RPM_KEYS = "/etc/pki/rpm-gpg"
@@ -65,19 +63,16 @@ def signed_repo(title: str, repo_id: str, *, key_url: str, fingerprint: str, apt
     p = current()
     key = keyring_path(repo_id)
     if p.family == "apt":
-        files.directory(name="apt keyrings dir", path=APT_KEYRINGS, mode="755")
         keyring(name=f"{title} key (fingerprint checked)", src=key_url, dest=key, fingerprint=fingerprint)
         suite = apt_suite or p.codename
         line = f"deb [signed-by={key}] {apt_url} {suite}" + ("" if suite.endswith("/") else f" {apt_components}")
-        files.put(name=f"{title} apt repository", dest=f"/etc/apt/sources.list.d/{repo_id}.list", mode="644",
-                  src=StringIO(line + "\n"))
+        managed_files(name=f"{title} apt repository", files={f"/etc/apt/sources.list.d/{repo_id}.list": line + "\n"})
     else:
         keyring(name=f"{title} key (fingerprint checked)", src=key_url, dest=key, fingerprint=fingerprint,
                 armored=True)
-        files.template(name=f"{title} dnf repository", src=str(template_path("repos/dnf.repo.j2")),
-                       dest=f"/etc/yum.repos.d/{repo_id}.repo", mode="644", repo_id=repo_id, title=title,
-                       url=yum_url, key_path=key, gpgcheck=gpgcheck, repo_gpgcheck=repo_gpgcheck,
-                       owner="tritonfleet")
+        managed_files(name=f"{title} dnf repository", files={f"/etc/yum.repos.d/{repo_id}.repo": render(
+            "repos/dnf.repo.j2", repo_id=repo_id, title=title, url=yum_url, key_path=key, gpgcheck=gpgcheck,
+            repo_gpgcheck=repo_gpgcheck, owner="tritonfleet")})
 
 
 def keyring_file_name(repo_id: str) -> str:

@@ -1,13 +1,86 @@
-"""Directories tritonfleet writes on hosts: present and writable, or a one-line reason."""
+"""Files and directories tritonfleet writes on hosts: whole files by content, directory trees by manifest,
+and the directories it needs, writable. Each reads one fact for everything it manages."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import posixpath
 import shlex
+from collections.abc import Mapping
+from io import BytesIO
 
 from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import FileUploadCommand, StringCommand, operation
 
+from roles.facts.files import FileDigests, TreeDigests
 from roles.facts.system import CommandSucceeds
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@operation()
+def managed_files(files: Mapping[str, str], mode: str = "644"):
+    """
+    Whole files with exactly this content and mode (parents created), read with one fact.
+
+    + files: remote path -> content
+    + mode: octal mode of every file
+    """
+    have = host.get_fact(FileDigests, paths=tuple(sorted(files)))
+    changed = [p for p, text in sorted(files.items()) if have.get(p) != (_digest(text.encode()), mode)]
+    if not changed:
+        host.noop(f"{len(files)} files up to date")
+        return
+    q = shlex.quote
+    for path in changed:
+        yield StringCommand(f"mkdir -p {q(posixpath.dirname(path))}")
+        yield FileUploadCommand(BytesIO(files[path].encode()), path, remote_temp_filename=None)
+        yield StringCommand(f"chmod {mode} {q(path)}")
+
+
+def _local_tree(src: str, exclude_dirs: tuple[str, ...], exclude_suffixes: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for root, dirs, names in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if d not in exclude_dirs)
+        for name in sorted(names):
+            if name.endswith(exclude_suffixes):
+                continue
+            path = os.path.join(root, name)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, src).replace(os.sep, "/")] = _digest(fh.read())
+    return out
+
+
+@operation()
+def sync_tree(src: str, dest: str, exclude_dirs: tuple[str, ...] = ("__pycache__",),
+              exclude_suffixes: tuple[str, ...] = (".pyc",)):
+    """
+    Make the remote directory ``dest`` hold exactly the files of the local directory ``src`` (by sha256):
+    changed files are uploaded, files ``src`` lacks are deleted, emptied directories removed.
+
+    + src: local directory
+    + dest: remote directory
+    + exclude_dirs: directory names not copied
+    + exclude_suffixes: file name endings not copied
+    """
+    local = _local_tree(src, tuple(exclude_dirs), tuple(exclude_suffixes))
+    remote = host.get_fact(TreeDigests, path=dest)
+    upload = [p for p, d in local.items() if remote.get(p) != d]
+    delete = sorted(set(remote) - set(local))
+    if not upload and not delete:
+        host.noop(f"{dest} matches {src} ({len(local)} files)")
+        return
+    q = shlex.quote
+    dirs = sorted({posixpath.dirname(posixpath.join(dest, p)) for p in upload} | {dest})
+    yield StringCommand("mkdir -p " + " ".join(q(d) for d in dirs))
+    for path in upload:
+        yield FileUploadCommand(os.path.join(src, path), posixpath.join(dest, path), remote_temp_filename=None)
+    if delete:
+        yield StringCommand("rm -f " + " ".join(q(posixpath.join(dest, p)) for p in delete)
+                            + f" && find {q(dest)} -mindepth 1 -depth -type d -empty -delete")
 
 
 @operation()

@@ -23,11 +23,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from pyinfra.api import StringCommand
+from pyinfra.api import FileUploadCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
 
 CASES = Path(__file__).parent / "operations"
-FACT_MODULES = ("roles.facts.system", "roles.facts.packages", "roles.facts.docker", "roles.facts.accelerators")
+ROOT = Path(__file__).resolve().parents[2]
+FACT_MODULES = ("roles.facts.system", "roles.facts.packages", "roles.facts.docker", "roles.facts.accelerators",
+                "roles.facts.files")
 
 
 def _fact_class(name: str):
@@ -60,6 +62,10 @@ class FakeHost:
             value = value[key]
         if isinstance(value, dict) and set(value) == {"output"}:
             lines = value["output"]
+            if lines == ["LOCAL"]:  # the digests of the local tree the operation reads (sync_tree)
+                from roles.operations.files import _local_tree
+
+                return _local_tree(self.local_src, ("__pycache__",), (".pyc",))
             return cls().process(lines) if lines else cls.default()
         return value
 
@@ -68,6 +74,8 @@ class FakeHost:
 
 
 def _shown(command) -> str | list:
+    if isinstance(command, FileUploadCommand):
+        return f"upload {command.dest}"
     if isinstance(command, StringCommand) and list(command.bits[:2]) == ["sh", "-c"]:
         args = StringCommand(*command.bits[4:]).get_masked_value()
         return [command.bits[3], *shlex.split(args)]
@@ -94,8 +102,12 @@ def test_operation(op_name: str, case: Path) -> None:
     op = getattr(importlib.import_module(f"roles.operations.{module}"), func)
     facts = {name: value for name, value in spec.get("facts", {}).items() if _fact_class(name)}
     fake = FakeHost(facts, spec.get("executing", True))
+    fake.local_src = str(ROOT / spec.get("kwargs", {}).get("src", "."))
+    kwargs = dict(spec.get("kwargs", {}))
+    if "src" in kwargs:  # local paths in cases are relative to the repository
+        kwargs["src"] = str(ROOT / kwargs["src"])
     with ctx_state.use(fake.state), ctx_host.use(fake):
-        yielded = list(op._inner(*spec.get("args", []), **spec.get("kwargs", {})))
+        yielded = list(op._inner(*spec.get("args", []), **kwargs))
     commands = [_shown(c) for c in yielded]
     if "stdin" in spec:
         assert [getattr(c, "connector_arguments", {}).get("_stdin") for c in yielded] == spec["stdin"]
@@ -103,7 +115,7 @@ def test_operation(op_name: str, case: Path) -> None:
     assert len(commands) == len(want) and all(_same(g, w) for g, w in zip(commands, want, strict=True)), \
         json.dumps(commands, indent=1)
     if "noop" in spec:
-        assert fake.noops == [spec["noop"]]
+        assert fake.noops == [spec["noop"].replace("SRC", kwargs.get("src", ""))]
     else:
         assert not fake.noops or commands, fake.noops
 
