@@ -16,7 +16,12 @@ holder() { pid=$(fuser "$lock" 2>/dev/null | tr -s ' ' | sed 's/^ //' | cut -d' 
 h=$(holder)
 [ -z "$h" ] || echo "waiting up to ${lock_timeout}s for the dpkg lock, held by: $h" >&2
 apt_opts="-o DPkg::Lock::Timeout=$lock_timeout"
-if [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+# what apt calls "dpkg was interrupted": pending updates, or packages left half-installed/-configured
+interrupted() {
+  [ -n "$(ls -A "${DPKG_ADMINDIR:-/var/lib/dpkg}/updates" 2>/dev/null)" ] && return 0
+  dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | grep -qE '^.[HUFWt]'
+}
+if interrupted; then
   echo "repairing an interrupted dpkg: dpkg --configure -a" >&2
   dpkg --force-confdef --force-confold --configure -a >&2
 fi

@@ -254,15 +254,20 @@ def test_timeout_names_the_models(ready_env):
 DPKG = """\
         echo "dpkg $*" >> "$STATE/calls"
         case "$*" in
-          --audit) [ -f "$STATE/interrupted" ] && echo "The following packages are only half configured" ;;
           *--configure\\ -a*) rm -f "$STATE/interrupted" ;;
         esac
+        true
+    """
+DPKG_QUERY = """\
+        echo "ii  base-files"
+        [ -f "$STATE/interrupted" ] && echo "iF  aws-neuronx-dkms"
         true
     """
 
 
 def test_packages_repairs_an_interrupted_dpkg_and_waits_for_the_lock(tmp_path):
-    env, state = stand_ins(tmp_path, dpkg=DPKG, apt_get='echo "apt-get $*" >> "$STATE/calls"\n')
+    env, state = stand_ins(tmp_path, dpkg=DPKG, dpkg_query=DPKG_QUERY, apt_get='echo "apt-get $*" >> "$STATE/calls"\n')
+    env["DPKG_ADMINDIR"] = str(tmp_path / "admin")  # no pending updates there
     (state / "interrupted").touch()
     proc = run("packages.sh", "apt", "install", "120", "aws-neuronx-dkms=2.30.2.0*", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -419,3 +424,11 @@ def test_models_gate_unloads_models_that_left_the_repository(triton_api):
     proc = gate("add_sub")
     assert proc.returncode == 0, proc.stderr
     assert calls(state) == ["unload other"] and "unloading other" in proc.stderr
+
+
+def test_packages_does_not_repair_a_healthy_dpkg(tmp_path):
+    env, state = stand_ins(tmp_path, dpkg=DPKG, dpkg_query=DPKG_QUERY, apt_get='echo "apt-get $*" >> "$STATE/calls"\n')
+    env["DPKG_ADMINDIR"] = str(tmp_path / "admin")
+    proc = run("packages.sh", "apt", "install", "120", "curl", env=env)
+    assert proc.returncode == 0 and "repairing" not in proc.stderr
+    assert not any("--configure" in c for c in (state / "calls").read_text().splitlines())
