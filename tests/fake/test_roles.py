@@ -13,15 +13,27 @@ from roles.efa import efa
 from roles.models import models
 from roles.neuron import neuron
 from roles.nvidia import nvidia
-from roles.triton import triton
 from tests.fake.fakehost import PLATFORMS, run_deploys, uploads_and_commands
 
 FPR = "0123456789ABCDEF0123456789ABCDEF01234567"
 SECRET = "s" * 24
 DATA = {"neuron_key_fingerprint": FPR, "nvidia_key_fingerprint": FPR, "efa_key_fingerprint": FPR,
         "triton_repository_secret": SECRET}
-NEURON_DEPLOY = [base, neuron, efa, nvidia, docker]
-SERVE_DEPLOY = [*NEURON_DEPLOY, models, triton]
+def composed(path: str) -> list:
+    """The role deploys a deploy file calls, in order (deploy files only import and call roles)."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / path).read_text())
+    where = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    calls = [n.value.func.id for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+    assert calls[0] == "preflight", f"{path} must start with preflight()"
+    return [getattr(importlib.import_module(where[c]), c) for c in calls[1:]]
+
+
+NEURON_DEPLOY = composed("deploys/neuron.py")
+SERVE_DEPLOY = composed("deploys/serve.py")
 APT = {"ubuntu2204", "ubuntu2404", "debian12"}
 
 
@@ -167,13 +179,20 @@ def test_whole_deploys(monkeypatch, os_key, itype):
     assert sum("efa-install.sh" in c for c in rec.commands) == (itype == "trn1.32xlarge")
 
 
-def test_deploy_files_compose_exactly_these_roles():
-    """The deploy files call the roles listed above, in that order (they hold nothing else)."""
+def test_deploy_files_only_compose_roles():
+    """Deploy files hold imports from roles/ and role calls, nothing else."""
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    for path, roles in (("deploys/neuron.py", NEURON_DEPLOY), ("deploys/serve.py", SERVE_DEPLOY)):
-        tree = ast.parse((root / path).read_text())
-        calls = [n.value.func.id for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
-        assert calls == ["preflight", *[r.__name__ for r in roles]], path
+    from roles import all_roles
+
+    deploys = {r.name for r in all_roles()} | {"preflight"}
+    for path in sorted((Path(__file__).resolve().parents[2] / "deploys").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # the docstring
+            if isinstance(node, ast.ImportFrom):
+                assert node.module.startswith("roles."), f"{path.name}: imports {node.module}"
+                continue
+            assert isinstance(node, ast.Expr) and isinstance(node.value, ast.Call), f"{path.name}: {ast.dump(node)}"
+            assert node.value.func.id in deploys, f"{path.name}: calls {node.value.func.id}"
