@@ -13,10 +13,12 @@ from roles.models import models
 from roles.neuron import neuron
 from roles.nvidia import nvidia
 from roles.preflight import preflight
+from roles.sysctl import sysctl
 from roles.triton import triton
 
 preflight()
 base()
+sysctl()
 neuron()
 efa()
 nvidia()
