@@ -196,3 +196,14 @@ def test_deploy_files_only_compose_roles():
                 continue
             assert isinstance(node, ast.Expr) and isinstance(node.value, ast.Call), f"{path.name}: {ast.dump(node)}"
             assert node.value.func.id in deploys, f"{path.name}: calls {node.value.func.id}"
+
+
+def test_sysctl_params(monkeypatch):
+    from roles.sysctl import sysctl
+
+    rec = run_deploys(sysctl, {**DATA, "instance_type": "inf2.xlarge", "sysctl_params": {"net.core.somaxconn": 4096}},
+                      "ubuntu2404", monkeypatch)
+    assert rec.uploads["/etc/sysctl.d/90-tritonfleet.conf"].endswith("net.core.somaxconn = 4096\n")
+    assert "sysctl -q -p /etc/sysctl.d/90-tritonfleet.conf" in rec.commands
+    rec = run_deploys(sysctl, {**DATA, "instance_type": "inf2.xlarge"}, "ubuntu2404", monkeypatch)
+    assert not rec.uploads
