@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install (at version patterns) or remove packages with the host's package manager.
 # apt: waits for the dpkg lock (bounded, naming the holder), repairs an interrupted dpkg first, refreshes
-# the lists when they are older than the sources or an hour, and allows downgrades (pins converge).
+# the lists when a repository was added since the last refresh (or it is an hour old), and allows
+# downgrades (pins converge).
 # usage: packages.sh apt|dnf install|remove LOCK_TIMEOUT SPEC...    (SPEC: name, name=pattern, name-pattern)
 set -eu
 family=$1 action=$2 lock_timeout=$3
@@ -29,11 +30,14 @@ if [ "$action" = remove ]; then
   # shellcheck disable=SC2086
   exec apt-get $apt_opts remove -y -q "$@"
 fi
-cache=/var/cache/apt/pkgcache.bin
-if [ ! -e "$cache" ] || [ -n "$(find /etc/apt/sources.list /etc/apt/sources.list.d -newer "$cache" 2>/dev/null | head -n1)" ] \
-   || [ -z "$(find "$cache" -mmin -60 2>/dev/null)" ]; then
+# Refresh the lists when our stamp of the last refresh is missing, older than a sources file (a repository
+# was just added) or older than an hour. (pkgcache.bin is no guide: any apt run rewrites it.)
+stamp=${TRITONFLEET_APT_STAMP:-/var/lib/tritonfleet/apt-lists.stamp}
+if [ ! -e "$stamp" ] || [ -n "$(find /etc/apt/sources.list /etc/apt/sources.list.d -newer "$stamp" 2>/dev/null | head -n1)" ] \
+   || [ -z "$(find "$stamp" -mmin -60 2>/dev/null)" ]; then
   # shellcheck disable=SC2086
   apt-get $apt_opts update -q >&2 || { h=$(holder); echo "ERROR: apt-get update failed${h:+ (dpkg lock held by: $h)}" >&2; exit 1; }
+  mkdir -p "$(dirname "$stamp")" && touch "$stamp"
 fi
 # shellcheck disable=SC2086
 apt-get $apt_opts install -y -q --no-install-recommends --allow-downgrades \

@@ -268,6 +268,7 @@ DPKG_QUERY = """\
 def test_packages_repairs_an_interrupted_dpkg_and_waits_for_the_lock(tmp_path):
     env, state = stand_ins(tmp_path, dpkg=DPKG, dpkg_query=DPKG_QUERY, apt_get='echo "apt-get $*" >> "$STATE/calls"\n')
     env["DPKG_ADMINDIR"] = str(tmp_path / "admin")  # no pending updates there
+    env["TRITONFLEET_APT_STAMP"] = str(tmp_path / "apt.stamp")
     (state / "interrupted").touch()
     proc = run("packages.sh", "apt", "install", "120", "aws-neuronx-dkms=2.30.2.0*", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -279,6 +280,11 @@ def test_packages_repairs_an_interrupted_dpkg_and_waits_for_the_lock(tmp_path):
                        "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold aws-neuronx-dkms=2.30.2.0*"]
     repair = next(i for i, c in enumerate(calls) if "--configure -a" in c)
     assert repair < calls.index(install[0])
+    update = calls.index("apt-get -o DPkg::Lock::Timeout=120 update -q")  # no stamp yet: lists refreshed first
+    assert update < calls.index(install[0]) and (tmp_path / "apt.stamp").exists()
+    (state / "calls").write_text("")
+    assert run("packages.sh", "apt", "install", "120", "curl", env=env).returncode == 0
+    assert not any(" update " in c for c in (state / "calls").read_text().splitlines())  # fresh stamp: no update
 
 
 # -- models-switch.sh ----------------------------------------------------------------------------------------
@@ -429,6 +435,7 @@ def test_models_gate_unloads_models_that_left_the_repository(triton_api):
 def test_packages_does_not_repair_a_healthy_dpkg(tmp_path):
     env, state = stand_ins(tmp_path, dpkg=DPKG, dpkg_query=DPKG_QUERY, apt_get='echo "apt-get $*" >> "$STATE/calls"\n')
     env["DPKG_ADMINDIR"] = str(tmp_path / "admin")
+    env["TRITONFLEET_APT_STAMP"] = str(tmp_path / "apt.stamp")
     proc = run("packages.sh", "apt", "install", "120", "curl", env=env)
     assert proc.returncode == 0 and "repairing" not in proc.stderr
     assert not any("--configure" in c for c in (state / "calls").read_text().splitlines())
