@@ -125,3 +125,39 @@ def test_status_asks_docker_and_triton(repo):
         assert run.returncode == 0, run.output[-3000:]
     record = json.loads(ssh(HOST, "cat /var/lib/tritonfleet/servers/triton.json").stdout)
     assert record["previous"] is None or record["previous"]["spec"] != record["spec"]
+
+
+def test_a_held_dpkg_lock_is_waited_for_and_an_interrupted_dpkg_repaired(sandbox, tmp_path):
+    """Like a re-run right after a killed run: another apt still holds the lock, and dpkg was left
+    half-configured. The run waits (naming the holder), repairs dpkg, and completes."""
+    # a package left unpacked but not configured: what a killed `apt-get install` leaves
+    ssh(HOST, "set -e; d=$(mktemp -d); mkdir -p $d/DEBIAN; printf 'Package: tf-interrupted\\nVersion: 1\\n"
+              "Architecture: all\\nMaintainer: t <t@example.com>\\nDescription: t\\n' > $d/DEBIAN/control; "
+              "dpkg-deb -b $d /tmp/tf-interrupted.deb >/dev/null; dpkg --unpack /tmp/tf-interrupted.deb >/dev/null")
+    assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("iU")
+    holder = "flock /var/lib/dpkg/lock-frontend sleep 15"
+    ssh(HOST, f"rm -f /var/lib/tritonfleet/apt-lists.stamp; (setsid {holder} >/dev/null 2>&1 &)")
+    run = _run(*_base_models(tmp_path))
+    assert run.returncode == 0, run.output[-4000:]
+    assert "waiting up to 300s for the dpkg lock, held by" in run.output and "sleep 15" in run.output
+    assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("ii")
+    assert "repairing an interrupted dpkg" in run.output
+
+
+def _base_models(tmp_path):
+    models = tmp_path / "models"
+    if not models.exists():
+        shutil.copytree(SAMPLES, models)
+    return tmp_path, models
+
+
+def test_a_read_only_state_dir_is_one_line_naming_the_path(sandbox, tmp_path):
+    ssh(HOST, "mkdir -p /var/lib/tritonfleet && mount -t tmpfs -o ro tmpfs /var/lib/tritonfleet")
+    try:
+        run = _run(*_base_models(tmp_path))
+        assert run.returncode != 0
+        line = next(x for x in run.output.splitlines() if "ERROR: /var/lib/tritonfleet" in x)
+        assert f"[{HOST}]" in line and "is not writable or is full on this host" in line
+        assert "Traceback" not in run.output
+    finally:
+        ssh(HOST, "umount /var/lib/tritonfleet")
