@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from pydantic import Field, field_validator
 from pyinfra import host
 from pyinfra.api import deploy
@@ -14,7 +12,7 @@ from roles.context import config_for
 from roles.facts.packages import InstalledPackages
 from roles.operations.files import managed_files
 from roles.operations.services import services
-from tritonfleet.config import HostConfig, Role, RoleSettings, absolute_path
+from tritonfleet.config import HostConfig, Role, RoleSettings, absolute_path, matching
 from tritonfleet.templating import render
 
 #: Engines from Docker's own repositories: left as they are.
@@ -37,12 +35,7 @@ class Settings(RoleSettings):
 
     _abs = field_validator("data_root")(lambda v: absolute_path(v))
 
-    @field_validator("log_max_size")
-    @classmethod
-    def _size(cls, v: str) -> str:
-        if not re.match(r"^\d+[kmg]$", v):
-            raise ValueError("expected a size like 100m")
-        return v
+    _size = field_validator("log_max_size")(matching(r"^\d+[kmg]$", "expected a size like 100m"))
 
 
 ROLE = Role("docker", Settings, "Docker engine, daemon.json (log rotation, live-restore, ulimits, nvidia runtime)",

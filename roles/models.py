@@ -4,7 +4,6 @@ the S3 sync agent (host-side room) takes over with incremental, verified, atomic
 from __future__ import annotations
 
 import os
-import re
 
 from pydantic import Field, field_validator
 from pyinfra import host
@@ -15,10 +14,10 @@ from roles.context import config_for
 from roles.operations.files import sync_tree
 from roles.operations.models import models_switch
 from tritonfleet import hostcontract as hc
-from tritonfleet.config import FieldProblem, HostConfig, Role, RoleSettings, http_url
+from tritonfleet.config import FieldProblem, HostConfig, Role, RoleSettings, http_url, matching
 
-_S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$"
+_REGION = r"^[a-z]{2}(-[a-z]+)+-\d+$"
 
 
 class Settings(RoleSettings):
@@ -37,19 +36,8 @@ class Settings(RoleSettings):
             raise ValueError("expected an absolute directory of its own, e.g. /opt/tritonfleet/models")
         return v.rstrip("/")
 
-    @field_validator("s3_uri")
-    @classmethod
-    def _uri(cls, v: str | None) -> str | None:
-        if v is not None and not _S3_URI.match(v):
-            raise ValueError("expected s3://bucket/prefix")
-        return v
-
-    @field_validator("s3_region")
-    @classmethod
-    def _region(cls, v: str | None) -> str | None:
-        if v is not None and not _REGION.match(v):
-            raise ValueError("expected a region name like us-east-1")
-        return v
+    _uri = field_validator("s3_uri")(matching(_S3_URI, "expected s3://bucket/prefix"))
+    _region = field_validator("s3_region")(matching(_REGION, "expected a region name like us-east-1"))
 
     _endpoint = field_validator("s3_endpoint")(lambda v: http_url(v))
 

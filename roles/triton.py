@@ -43,6 +43,7 @@ from tritonfleet.config import (
     absolute_path,
     http_url,
     image_reference,
+    matching,
 )
 from tritonfleet.placement import IPAddress, Placement, PlacementError, ServerSpec, place
 from tritonfleet.templating import render
@@ -103,12 +104,7 @@ class Settings(RoleSettings):
     _refs = field_validator("image", "base_image")(lambda v: image_reference(v))
     _paths = field_validator("image_archive")(lambda v: absolute_path(v))
 
-    @field_validator("shm_size")
-    @classmethod
-    def _shm(cls, v: str) -> str:
-        if not re.match(r"^\d+[kmg]?$", v):
-            raise ValueError("expected a size like 1g or 512m")
-        return v
+    _shm = field_validator("shm_size")(matching(r"^\d+[kmg]?$", "expected a size like 1g or 512m"))
 
     @field_validator("repository_header")
     @classmethod

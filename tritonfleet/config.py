@@ -233,6 +233,18 @@ def image_reference(value: str | None) -> str | None:
     return value
 
 
+def matching(pattern: str, message: str) -> Callable[[Any], Any]:
+    """A validator: the value (when set) must match ``pattern``, else ``message``."""
+    regex = re.compile(pattern)
+
+    def check(value: Any) -> Any:
+        if value is not None and not regex.match(str(value)):
+            raise ValueError(message)
+        return value
+
+    return check
+
+
 def absolute_path(value: str | None) -> str | None:
     """A host path: absolute, and not the root directory itself."""
     if value is not None and (not value.startswith("/") or value.rstrip("/") == ""):

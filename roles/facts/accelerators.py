@@ -7,6 +7,8 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from roles.facts import sections
+
 
 class NeuronState(FactBase[dict]):
     """Neuron devices and driver as the host sees them.
@@ -35,32 +37,25 @@ class NeuronState(FactBase[dict]):
         )
 
     def process(self, output: list[str]) -> dict:
-        sections: dict[str, list[str]] = {}
-        current = ""
-        for line in output:
-            if line.startswith("@"):
-                current = line[1:].strip()
-                sections[current] = []
-            elif line.strip():
-                sections.setdefault(current, []).append(line.strip())
+        parts = {k: [v.strip() for v in lines] for k, lines in sections(output, "@").items()}
         neuron_ls: Any = None
         error = None
-        raw = " ".join(sections.get("neuronls", []))
+        raw = " ".join(parts.get("neuronls", []))
         if raw:
             try:
                 neuron_ls = json.loads(raw)
             except ValueError:
                 error = raw[:300]
-        pkg = sections.get("pkg") or [None]
-        loaded = sections.get("loaded") or [None]
+        pkg = parts.get("pkg") or [None]
+        loaded = parts.get("loaded") or [None]
         return {
-            "devices": sorted(int(d.removeprefix("neuron")) for d in sections.get("devices", [])),
+            "devices": sorted(int(d.removeprefix("neuron")) for d in parts.get("devices", [])),
             "neuron_ls": neuron_ls,
             "neuron_ls_error": error,
             "driver_package": pkg[0],
             "driver_loaded": loaded[0],
-            "module_loaded": bool(sections.get("module")),
-            "headers": bool(sections.get("headers")),
+            "module_loaded": bool(parts.get("module")),
+            "headers": bool(parts.get("headers")),
         }
 
 

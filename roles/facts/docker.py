@@ -7,19 +7,8 @@ from shlex import quote
 
 from pyinfra.api import FactBase
 
+from roles.facts import sections
 from tritonfleet import hostcontract as hc
-
-
-def _sections(output: list[str]) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
-    current = ""
-    for line in output:
-        if line.startswith("@@"):
-            current = line[2:].strip()
-            sections[current] = []
-        else:
-            sections.setdefault(current, []).append(line)
-    return sections
 
 
 class DockerState(FactBase[dict]):
@@ -42,7 +31,7 @@ class DockerState(FactBase[dict]):
 
     def process(self, output: list[str]) -> dict:
         out = self.default()
-        for key, lines in _sections(output).items():
+        for key, lines in sections(output).items():
             text = "\n".join(lines).strip()
             if key == "containers" and text.startswith("["):
                 for c in json.loads(text):
