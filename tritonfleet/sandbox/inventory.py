@@ -20,8 +20,9 @@ def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
         "ssh_known_hosts_file": str(fleet.known_hosts_path()),
         "ssh_strict_host_key_checking": "yes",
         "imds_endpoint": f"http://{fleet.BRIDGE_IP}:{fleet.IMDS_PORT}",
-        "s3_endpoint": fleet.s3_endpoint(),
-        "s3_region": fleet.S3_REGION,
+        # the models role's keys (where its S3 model repository is)
+        "models_s3_endpoint": fleet.s3_endpoint(),
+        "models_s3_region": fleet.S3_REGION,
         "models_s3_uri": f"s3://{fleet.S3_BUCKET}/{fleet.S3_PREFIX}",
         "triton_image_source": "archive",
         "triton_repository_secret": state.get("repository_secret"),
