@@ -4,10 +4,14 @@ veth and cgroup names, and services on loopback at free ports (a running sandbox
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import stat
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -87,6 +91,36 @@ def _port_free(port: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# State file secrecy
+# ---------------------------------------------------------------------------------------------
+
+
+def test_state_file_with_the_repository_secret_is_owner_only(isolated, tmp_path):
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text("{}")
+    os.chmod(state_dir / "state.json", 0o644)  # as an earlier version left it
+    old = os.umask(0o022)
+    try:
+        fleet.save_state({"hosts": {}, "services": {}, "repository_secret": "s3cret"})
+    finally:
+        os.umask(old)
+    path = state_dir / "state.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads(path.read_text())["repository_secret"] == "s3cret"
+    assert sorted(p.name for p in state_dir.iterdir()) == ["state.json"]  # no temporary copy left
+
+
+def test_client_private_key_is_owner_only(isolated, tmp_path):
+    keys = tmp_path / "state" / "keys"
+    keys.mkdir(parents=True)
+    os.chmod(keys, 0o755)
+    fleet.ensure_client_key()
+    assert stat.S_IMODE((keys / "id_ed25519").stat().st_mode) == 0o600
+    assert stat.S_IMODE(keys.stat().st_mode) == 0o700
+
+
+# ---------------------------------------------------------------------------------------------
 # Inventory host data
 # ---------------------------------------------------------------------------------------------
 
@@ -101,3 +135,56 @@ def test_inventory_gives_the_models_role_its_s3_keys(isolated):
     assert data["models_s3_region"] == "us-east-1"
     assert data["models_s3_uri"] == "s3://tritonfleet-models/repos/sandbox/"
     assert "s3_endpoint" not in data and "s3_region" not in data
+
+
+# ---------------------------------------------------------------------------------------------
+# `down` finds what `up` started, whatever the environment, and checks what is left
+# ---------------------------------------------------------------------------------------------
+
+
+def test_down_stops_services_started_with_another_cache_dir(isolated, root_only, tmp_path):
+    """`TRITONFLEET_CACHE=/tmp/x sandbox up`, then `sandbox down` without the variable."""
+    (tmp_path / "cache-a" / "serve").mkdir(parents=True)
+    (tmp_path / "state").mkdir()
+    fleet.ensure_services(fleet.load_state())
+    pids = _service_pids()
+    assert len(pids) == 3 and all(_pid_alive(p) for p in pids)
+    isolated(CACHE_DIR=tmp_path / "cache-b")  # the environment `down` runs in
+    try:
+        left = fleet.down()
+        assert [p for p in pids if _pid_alive(p)] == [], "services still running after down"
+        assert left == []
+        assert all(_port_free(port) for port in (fleet.REPO_PORT, fleet.IMDS_PORT, fleet.S3_PORT))
+    finally:
+        _kill(pids)
+
+
+def test_down_stops_a_service_no_state_records(isolated, root_only, tmp_path):
+    serve = tmp_path / "elsewhere" / "serve"
+    serve.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(fleet.REPO_PORT), "--bind", "127.0.0.1",
+                             "--directory", str(serve)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        for _ in range(200):  # bounded: up to ~20 s
+            if not _port_free(fleet.REPO_PORT) or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None
+        found = [x for x in fleet.leftovers() if x.startswith(f"process {proc.pid} ")]
+        assert found and f"listening on 127.0.0.1:{fleet.REPO_PORT}" in found[0]
+        assert fleet.down() == []
+        assert proc.wait(timeout=10) is not None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_down_reports_a_listener_it_cannot_stop(isolated, root_only):
+    """Something else holds a service port at the bridge address: `down` says so, and kills nothing."""
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", fleet.IMDS_PORT))
+        blocker.listen()
+        left = fleet.down()
+        found = [x for x in left if x.endswith(f"(listening on 127.0.0.1:{fleet.IMDS_PORT})")]
+        assert len(found) == 1 and found[0].startswith(f"process {os.getpid()} ")
