@@ -51,20 +51,6 @@ from tritonfleet.sandbox.hosts import (
     write_known_hosts,
 )
 from tritonfleet.sandbox.layout import (
-    BRIDGE,
-    BRIDGE_IP,
-    FIRST_HOST_OCTET,
-    IMDS_PORT,
-    NETNS_PREFIX,
-    REPO_PORT,
-    S3_BUCKET,
-    S3_PORT,
-    S3_PREFIX,
-    S3_REGION,
-    SAMPLES,
-    STATE_DIR,
-    SUBNET_PREFIX,
-    VETH_PREFIX,
     HostSpec,
     HostState,
     SandboxError,
@@ -83,12 +69,20 @@ from tritonfleet.sandbox.layout import (
 from tritonfleet.sandbox.services import ensure_services
 
 __all__ = [  # what the CLI, the inventory and the e2e tests use
-    "BRIDGE", "BRIDGE_IP", "IMDS_PORT", "NETNS_PREFIX", "REPO_PORT", "S3_BUCKET", "S3_PORT", "S3_PREFIX",
-    "S3_REGION", "SAMPLES", "STATE_DIR", "VETH_PREFIX", "HostSpec", "HostState", "SandboxError",
-    "cleanup_all", "default_specs", "down", "find_cgroups", "get_host", "hosts_from_state", "key_path",
-    "known_hosts_path", "leftovers", "load_state", "reset_host", "s3_endpoint", "ssh", "ssh_base_args",
-    "status", "up",
+    "HostSpec", "HostState", "SandboxError", "cleanup_all", "default_specs", "down", "find_cgroups", "get_host",
+    "hosts_from_state", "key_path", "known_hosts_path", "leftovers", "load_state", "reset_host", "s3_endpoint",
+    "ssh", "ssh_base_args", "status", "up",
 ]
+# Names of :mod:`.layout` that callers read from here (always the current value, patched or not).
+_LAYOUT_NAMES = {"BRIDGE", "BRIDGE_IP", "IMDS_PORT", "NETNS_PREFIX", "REPO_PORT", "S3_BUCKET", "S3_PORT",
+                 "S3_PREFIX", "S3_REGION", "SAMPLES", "STATE_DIR", "VETH_PREFIX"}
+
+
+def __getattr__(name: str):
+    if name in _LAYOUT_NAMES:
+        return getattr(layout, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # ---------------------------------------------------------------------------------------------
 # What of ours exists on the machine
@@ -121,7 +115,8 @@ def _processes(state: dict, *, listening: bool = True) -> dict[int, str]:
     for cg in find_cgroups(state):
         found.update({p: "" for p in cgroups.cgroup_pids(cg) if p not in found})
     if listening:
-        for addr, pid in machine.listeners(BRIDGE_IP, (REPO_PORT, IMDS_PORT, S3_PORT)).items():
+        ports = (layout.REPO_PORT, layout.IMDS_PORT, layout.S3_PORT)
+        for addr, pid in machine.listeners(layout.BRIDGE_IP, ports).items():
             found[pid] = f"listening on {addr}"
     return {pid: note for pid, note in found.items() if pid == 0 or machine.pid_alive(pid)}
 
@@ -202,7 +197,7 @@ def _assign_names(specs: list[HostSpec]) -> list[HostSpec]:
             s.name = f"sbx-{i:02d}"
         if s.name in seen:
             raise SandboxError(f"duplicate sandbox host name {s.name}")
-        if len(NETNS_PREFIX + s.name) > 30 or not s.name.replace("-", "").isalnum():
+        if len(layout.NETNS_PREFIX + s.name) > 30 or not s.name.replace("-", "").isalnum():
             raise SandboxError(f"bad sandbox host name {s.name!r} (letters, digits and '-', at most 27 characters)")
         seen.add(s.name)
         catalog.get(s.instance_type)  # unknown types fail here, before anything is built
@@ -247,10 +242,10 @@ def _undo_up(kept: set[str]) -> None:
 
 
 def _new_host(spec: HostSpec, used: set[str]) -> HostState:
-    octet = FIRST_HOST_OCTET
-    while f"{SUBNET_PREFIX}{octet}" in used:
+    octet = layout.FIRST_HOST_OCTET
+    while f"{layout.SUBNET_PREFIX}{octet}" in used:
         octet += 1
-    ip = f"{SUBNET_PREFIX}{octet}"
+    ip = f"{layout.SUBNET_PREFIX}{octet}"
     used.add(ip)
     iid = "i-0" + hashlib.sha256(f"{spec.name}/{ip}".encode()).hexdigest()[:16]
     return HostState(name=spec.name, ip=ip, instance_type=spec.instance_type, instance_id=iid, spec=spec.key())
