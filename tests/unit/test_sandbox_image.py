@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonfleet.sandbox import image
+from tritonfleet.sandbox import dockerarchive, image
 
 pytest.importorskip("pytriton", reason="needs nvidia-pytriton (the Triton binaries come from its wheel)")
 
@@ -60,7 +60,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory, fake_base: Path) -> tuple[
 
 def test_manifest_config_and_diff_ids_are_consistent(archive: tuple[Path, Path]) -> None:
     out, _ = archive
-    assert image.verify_archive(out) == []
+    assert dockerarchive.verify_archive(out) == []
     with tarfile.open(out) as tar:
         names = set(tar.getnames())
         manifest = json.load(tar.extractfile("manifest.json"))
@@ -101,7 +101,7 @@ def test_base_layer_is_normalised(archive: tuple[Path, Path], tmp_path: Path) ->
 
 def test_triton_layer_layout_and_binary_runs(archive: tuple[Path, Path], tmp_path: Path) -> None:
     out, _ = archive
-    image.extract_layer(out, 1, tmp_path)
+    dockerarchive.extract_layer(out, 1, tmp_path)
     opt = tmp_path / "opt/tritonserver"
     for rel in (
         "bin/tritonserver",
@@ -138,9 +138,9 @@ def test_cached_and_rebuilt_only_on_change(
     assert out.stat().st_mtime_ns == before  # nothing changed: not rewritten
     other = tmp_path / "other.tar"
     image.build_triton_image(cache, other, base_tar=fake_base, neuron_runtime="2.28.19.0")
-    _, config = image.read_archive(other)
+    _, config = dockerarchive.read_archive(other)
     assert config["config"]["Labels"]["com.tritonfleet.neuron.runtime-lib"] == "2.28.19.0"
-    assert image.verify_archive(other) == []
+    assert dockerarchive.verify_archive(other) == []
     # the archive is reproducible: same inputs, same bytes
     again = tmp_path / "again.tar"
     image.build_triton_image(tmp_path / "cache2", again, base_tar=fake_base)
@@ -152,10 +152,10 @@ def test_cached_and_rebuilt_only_on_change(
 def test_real_image_with_mmdebstrap_base(tmp_path: Path) -> None:
     """Network (Debian mirror), ~20-40 s: the real slim base; the python backend stub finds libpython3.11."""
     out = image.build_triton_image(tmp_path / "cache", tmp_path / "image.tar")
-    assert image.verify_archive(out) == []
+    assert dockerarchive.verify_archive(out) == []
     root = tmp_path / "rootfs"
-    image.extract_layer(out, 0, root)
-    image.extract_layer(out, 1, root)
+    dockerarchive.extract_layer(out, 0, root)
+    dockerarchive.extract_layer(out, 1, root)
     assert (root / "usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0").exists()
     assert (root / "usr/lib/python3/dist-packages/numpy").is_dir()
     assert not (root / "usr/share/doc/bash/README").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonfleet.sandbox import aptrepo, standins
+from tritonfleet.sandbox import aptrepo, debbuild, standins
 
 KERNEL = os.uname().release
 IS_ROOT = os.geteuid() == 0
@@ -384,7 +384,7 @@ def repos(tmp_path_factory: pytest.TempPathFactory, debs: dict[str, Path]) -> tu
     fake = standins.StandinPackage(
         name="docker.io", version="20.10.24+dfsg1-1+deb12u1+b6", summary="fake docker", repo="debian"
     )
-    fake_deb = standins.build_deb(fake, base / "fake-debs")
+    fake_deb = debbuild.build_deb(fake, base / "fake-debs")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(aptrepo, "fetch_debian_debs", lambda *_a, **_k: [fake_deb])
         infos = aptrepo.build_all(base / "serve", base / "cache", Path("/"), KERNEL)

@@ -24,7 +24,6 @@ import contextlib
 import gzip
 import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -35,13 +34,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonfleet.sandbox import standins
+from tritonfleet.sandbox.debfetch import ARCH, fetch_debian_debs
+from tritonfleet.sandbox.fsutil import SOURCE_DATE_EPOCH, sha256_file, write_atomic
+from tritonfleet.sandbox.gpgkeys import (
+    SigningKey,
+    detach_sign,
+    ensure_keys,
+    export_key,
+    sign_release,
+    stop_gpg_agent,
+)
 
 RECIPE_VERSION = "1"
 DEFAULT_BASE_URL = "http://192.168.250.1:8080"
 DEBIAN_PACKAGES: tuple[str, ...] = ("docker.io", "amazon-ecr-credential-helper")
-DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 STAMP_NAME = ".tritonfleet-stamp"
-ARCH = "amd64"
 
 KEY_UIDS = {
     "neuron": "Amazon AWS Neuron SANDBOX STAND-IN (tritonfleet throwaway key) <neuron@sandbox.tritonfleet.invalid>",
@@ -49,14 +56,6 @@ KEY_UIDS = {
     "debian": "tritonfleet sandbox Debian mirror (throwaway key) <debian@sandbox.tritonfleet.invalid>",
     "efa": "EFA installer SANDBOX STAND-IN (tritonfleet throwaway key) <efa@sandbox.tritonfleet.invalid>",
 }
-
-
-@dataclass(frozen=True)
-class SigningKey:
-    """A secret key in ``gnupghome`` identified by ``fingerprint``."""
-
-    gnupghome: Path
-    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -90,103 +89,13 @@ class RepoInfo:
         return f"deb {opts}{self.url(base_url)} {self.suite} {self.component}".rstrip()
 
 
-# --------------------------------------------------------------------------------------------- gpg
-
-
-def _gpg(gnupghome: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    proc = subprocess.run(
-        ["gpg", "--homedir", str(gnupghome), "--batch", "--no-tty", "--quiet", *args],
-        input=stdin,
-        capture_output=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"gpg {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout
-
-
-def _list_secret_keys(gnupghome: Path) -> dict[str, str]:
-    """``{uid: fingerprint}`` of the secret keys in ``gnupghome``."""
-    out = _gpg(gnupghome, "--with-colons", "--list-secret-keys").decode()
-    keys: dict[str, str] = {}
-    fpr = None
-    in_primary = False
-    for line in out.splitlines():
-        fields = line.split(":")
-        if fields[0] == "sec":
-            in_primary, fpr = True, None
-        elif fields[0] == "ssb":
-            in_primary = False
-        elif fields[0] == "fpr" and in_primary and fpr is None:
-            fpr = fields[9]
-        elif fields[0] == "uid" and fpr:
-            keys.setdefault(fields[9], fpr)
-    return keys
-
-
-def ensure_keys(gnupghome: Path, uids: Iterable[str]) -> dict[str, str]:
-    """``{uid: fingerprint}``: one ed25519 signing key per uid in ``gnupghome``, generated on first use."""
-    gnupghome = Path(gnupghome)
-    gnupghome.mkdir(parents=True, exist_ok=True)
-    gnupghome.chmod(0o700)
-    uids = list(uids)
-    keys = _list_secret_keys(gnupghome)
-    missing = [uid for uid in uids if uid not in keys]
-    for uid in missing:
-        _gpg(gnupghome, "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never")
-    if missing:
-        keys = _list_secret_keys(gnupghome)
-    return {uid: keys[uid] for uid in uids}
-
-
-def ensure_key(gnupghome: Path, uid: str) -> str:
-    """Fingerprint of the ed25519 signing key with ``uid`` in ``gnupghome``; generated on first use."""
-    return ensure_keys(gnupghome, [uid])[uid]
-
-
-def stop_gpg_agent(gnupghome: Path) -> None:
-    """Stop the gpg-agent that signing started for ``gnupghome`` (leave no daemon behind)."""
-    subprocess.run(
-        ["gpgconf", "--homedir", str(gnupghome), "--kill", "gpg-agent"],
-        capture_output=True,
-        check=False,
-    )
-
-
-def export_key(key: SigningKey, *, armor: bool) -> bytes:
-    args = ["--armor"] if armor else []
-    return _gpg(key.gnupghome, "--export-options", "export-minimal", *args, "--export", key.fingerprint)
-
-
-def _sign_release(key: SigningKey, release: Path) -> None:
-    common = ["--yes", "--local-user", key.fingerprint, "--digest-algo", "SHA512"]
-    _gpg(key.gnupghome, *common, "--clearsign", "-o", str(release.with_name("InRelease")), str(release))
-    _gpg(
-        key.gnupghome,
-        *common,
-        "--armor",
-        "--detach-sign",
-        "-o",
-        str(release.with_name("Release.gpg")),
-        str(release),
-    )
-
-
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _inputs_hash(kind: str, debs: Iterable[Path], key: SigningKey, *extra: str) -> str:
     h = hashlib.sha256(f"{kind}\0{RECIPE_VERSION}\0{key.fingerprint}\0{chr(0).join(extra)}\0".encode())
     for deb in sorted(Path(d) for d in debs):
-        h.update(f"{deb.name}\0{_sha256_file(deb)}\0".encode())
+        h.update(f"{deb.name}\0{sha256_file(deb)}\0".encode())
     return h.hexdigest()
 
 
@@ -195,18 +104,6 @@ def _stamp_matches(path: Path, digest: str) -> bool:
         return (path / STAMP_NAME).read_text(encoding="ascii").strip() == digest
     except OSError:
         return False
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -340,9 +237,9 @@ def build_dist_repo(
                 f"dists/{suite}",
             )
             (tmp / "dists" / suite / "Release").write_bytes(release)  # written after hashing: no self-hash
-            _sign_release(key, tmp / "dists" / suite / "Release")
+            sign_release(key, tmp / "dists" / suite / "Release")
             (tmp / armored_key_name).write_bytes(export_key(key, armor=True))
-        _write_atomic(keyring_path, export_key(key, armor=False))
+        write_atomic(keyring_path, export_key(key, armor=False))
     return info
 
 
@@ -387,9 +284,9 @@ def build_flat_repo(
             (tmp / "Packages.gz").write_bytes(_gzip_bytes(packages))
             release = _ftparchive(tmp, *_release_opts(Origin=origin, Label=label), "release", ".")
             (tmp / "Release").write_bytes(release)
-            _sign_release(key, tmp / "Release")
-        _write_atomic(armored_key_path, export_key(key, armor=True))
-        _write_atomic(keyring_path, export_key(key, armor=False))
+            sign_release(key, tmp / "Release")
+        write_atomic(armored_key_path, export_key(key, armor=True))
+        write_atomic(keyring_path, export_key(key, armor=False))
     return info
 
 
@@ -423,125 +320,17 @@ def build_efa_download(directory: Path, key: SigningKey, *, keyring_path: Path |
                 dirs = sorted({str(Path(rel).parent) for rel in files} | {"aws-efa-installer"})
                 for d in dirs:
                     ti = tarfile.TarInfo(d)
-                    ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, standins.SOURCE_DATE_EPOCH
+                    ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, SOURCE_DATE_EPOCH
                     tar.addfile(ti)
                 for rel in sorted(files):
                     content, mode = files[rel]
                     ti = tarfile.TarInfo(rel)
-                    ti.size, ti.mode, ti.mtime = len(content), mode, standins.SOURCE_DATE_EPOCH
+                    ti.size, ti.mode, ti.mtime = len(content), mode, SOURCE_DATE_EPOCH
                     tar.addfile(ti, io.BytesIO(content))
-        _gpg(
-            key.gnupghome,
-            "--yes",
-            "--local-user",
-            key.fingerprint,
-            "--armor",
-            "--detach-sign",
-            "-o",
-            str(tmp / "aws-efa-installer-latest.tar.gz.sig"),
-            str(tarball),
-        )
+        detach_sign(key, tarball, tmp / "aws-efa-installer-latest.tar.gz.sig")
         (tmp / "aws-efa-installer.key").write_bytes(export_key(key, armor=True))
-    _write_atomic(keyring_path, export_key(key, armor=False))
+    write_atomic(keyring_path, export_key(key, armor=False))
     return info
-
-
-# ------------------------------------------------------------------------------ Debian package fetch
-
-
-def fetch_debian_debs(base_rootfs: Path, packages: list[str], cache_dir: Path) -> list[Path]:
-    """Download ``packages`` plus exactly the dependencies ``base_rootfs`` lacks; cached per package list.
-
-    Runs the controller's ``apt-get`` against the base rootfs's dpkg status (``Dir::State::status``), with
-    private lists/archives under ``cache_dir`` and the controller's Debian sources; nothing in the base
-    rootfs or the controller's apt state is modified. The result is cached in
-    ``cache_dir/debian-debs/<hash of package list + base status>/`` and not fetched again.
-    """
-    base_rootfs, cache_dir = Path(base_rootfs), Path(cache_dir)
-    status = base_rootfs / "var/lib/dpkg/status"
-    if not status.is_file():
-        raise FileNotFoundError(f"{status}: base rootfs has no dpkg status")
-    wanted = sorted(set(packages))
-    key = hashlib.sha256(
-        json.dumps({"packages": wanted, "status": _sha256_file(status), "recipe": RECIPE_VERSION}).encode()
-    ).hexdigest()[:20]
-    out = cache_dir / "debian-debs" / key
-    if (out / ".complete").exists():
-        return sorted(out.glob("*.deb"))
-    work = cache_dir / "apt-work"
-    for sub in (
-        "state/lists/partial",
-        "cache",
-        "archives/partial",
-        "etc/sources.list.d",
-        "etc/preferences.d",
-    ):
-        (work / sub).mkdir(parents=True, exist_ok=True)
-    for deb in (work / "archives").glob("*.deb"):
-        deb.unlink()
-    (work / "etc/sources.list").write_text("", encoding="ascii")
-    (work / "etc/preferences").write_text("", encoding="ascii")
-    (work / "state/extended_states").touch()
-    if DEBIAN_SOURCES.exists():
-        shutil.copyfile(DEBIAN_SOURCES, work / "etc/sources.list.d/debian.sources")
-    else:  # fall back to a one-line list for the plain mirror
-        (work / "etc/sources.list").write_text(
-            "deb http://deb.debian.org/debian bookworm main\n", encoding="ascii"
-        )
-    opts = [
-        "-o",
-        f"Dir::State={work / 'state'}",
-        "-o",
-        f"Dir::State::status={status}",
-        "-o",
-        f"Dir::State::extended_states={work / 'state/extended_states'}",
-        "-o",
-        f"Dir::Cache={work / 'cache'}",
-        "-o",
-        f"Dir::Cache::archives={work / 'archives'}",
-        "-o",
-        "Dir::Cache::pkgcache=",
-        "-o",
-        "Dir::Cache::srcpkgcache=",
-        "-o",
-        f"Dir::Etc::SourceList={work / 'etc/sources.list'}",
-        "-o",
-        f"Dir::Etc::SourceParts={work / 'etc/sources.list.d'}",
-        "-o",
-        f"Dir::Etc::Preferences={work / 'etc/preferences'}",
-        "-o",
-        f"Dir::Etc::PreferencesParts={work / 'etc/preferences.d'}",
-        "-o",
-        "APT::Install-Recommends=false",
-        "-o",
-        "APT::Install-Suggests=false",
-        "-o",
-        "APT::Sandbox::User=root",
-        "-o",
-        "Debug::NoLocking=true",
-        "-o",
-        "Acquire::Languages=none",
-        "-o",
-        f"APT::Architecture={ARCH}",
-    ]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C.UTF-8"}
-    for args in (["update"], ["install", "--download-only", "-y", "--no-install-recommends", *wanted]):
-        proc = subprocess.run(["apt-get", "-q", *opts, *args], capture_output=True, env=env, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"apt-get {args[0]} failed:\n{proc.stdout.decode()}\n{proc.stderr.decode()}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".debs-", dir=out.parent))
-    try:
-        for deb in (work / "archives").glob("*.deb"):
-            shutil.move(str(deb), tmp / deb.name)
-        (tmp / "packages.json").write_text(json.dumps(wanted) + "\n", encoding="ascii")
-        (tmp / ".complete").touch()
-        os.chmod(tmp, 0o755)
-        shutil.rmtree(out, ignore_errors=True)
-        os.rename(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return sorted(out.glob("*.deb"))
 
 
 # ----------------------------------------------------------------------------------------- build_all
@@ -596,7 +385,7 @@ def build_all(
             origin="https://nvidia.github.io/libnvidia-container/stable/deb",
             label="libnvidia-container",
         )
-        _write_atomic(
+        write_atomic(
             root / "nvidia/stable/deb/nvidia-container-toolkit.list",
             f"deb {base_url.rstrip('/')}/nvidia/stable/deb/$(ARCH) /\n".encode(),
         )

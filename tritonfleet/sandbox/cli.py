@@ -28,7 +28,7 @@ def sandbox() -> None:
 @click.option("--instance-type", "types", multiple=True,
               help="Instance type for all hosts, or one per host (comma separated or repeated).")
 def up(n: int, types: tuple[str, ...]) -> None:
-    """Bring the sandbox fleet up (idempotent)."""
+    """Bring the sandbox fleet up (idempotent; stopped hosts start again with their disks)."""
     try:
         specs = fleet.default_specs(n, _types(types))
         fleet.up(specs)
@@ -46,7 +46,7 @@ def status() -> None:
 
 @sandbox.command()
 def down() -> None:
-    """Tear the sandbox down and verify nothing is left."""
+    """Tear the sandbox down, hosts' disks included, and check that nothing is left."""
     try:
         left = fleet.down()
     except fleet.SandboxError as exc:
@@ -55,7 +55,7 @@ def down() -> None:
     if left:
         click.echo("error: leftovers after down:\n  " + "\n  ".join(left), err=True)
         sys.exit(1)
-    click.echo("sandbox is down; no processes, mounts, namespaces, links or cgroups left")
+    click.echo("sandbox is down; no processes, listening sockets, mounts, namespaces, links or cgroups left")
 
 
 def _print_status() -> None:

@@ -6,8 +6,7 @@ libstdc++6); layer 2 is ``/opt/tritonserver`` in the NGC layout, taken from the 
 stub, local cache), plus the Neuron runtime-lib marker files. It is a CPU-only Triton with only the python
 backend: enough for the fleet's docker/systemd/Triton plumbing, NOT an NGC image.
 
-The archive (``manifest.json``, ``repositories``, ``<config digest>.json``, ``<layer id>/layer.tar``)
-loads with ``docker load -i``. Layers and the archive are cached under ``cache_dir`` and rebuilt only
+The archive (written by :mod:`.dockerarchive`) loads with ``docker load -i``. Layers and the archive are cached under ``cache_dir`` and rebuilt only
 when their inputs change.
 """
 
@@ -25,17 +24,17 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
+from tritonfleet.sandbox.debsources import bookworm_lines, debian_mirrors
+from tritonfleet.sandbox.dockerarchive import CREATED, write_docker_archive
+from tritonfleet.sandbox.fsutil import SOURCE_DATE_EPOCH, write_atomic
+
 RECIPE_VERSION = "1"
 TRITON_VERSION = "2.51.0"
 DEFAULT_TAG = "tritonfleet-sandbox/tritonserver:2.51.0-sandbox"
 DEFAULT_NEURON_RUNTIME = "2.34.10.0"
 BASE_INCLUDE = ("python3-numpy", "libpython3.11", "libstdc++6")
 PYTHON_STUB = "3.11"  # Debian 12's python, which the stub links against
-CREATED = "2026-01-01T00:00:00Z"
-SOURCE_DATE_EPOCH = 1767225600
-DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 ENV_PATH = "/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_CHUNK = 1 << 20
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -56,14 +55,6 @@ class _HashingWriter:
 
     def flush(self) -> None:
         self.fh.flush()
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _read_meta(path: Path) -> dict | None:
@@ -97,27 +88,6 @@ def _prune(cache_dir: Path, pattern: str, keep: Path) -> None:
     for old in cache_dir.glob(pattern):
         if old != keep and old.with_suffix("") != keep.with_suffix(""):
             old.unlink(missing_ok=True)
-
-
-def debian_sources() -> tuple[str, str]:
-    """(mirror, security mirror) URLs from the controller's ``debian.sources``."""
-    mirror, security = "http://deb.debian.org/debian", "http://deb.debian.org/debian-security"
-    try:
-        stanzas = DEBIAN_SOURCES.read_text(encoding="utf-8").split("\n\n")
-    except OSError:
-        return mirror, security
-    for stanza in stanzas:
-        fields = dict(
-            line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith("#")
-        )
-        uris, suites = fields.get("URIs", "").split(), fields.get("Suites", "").split()
-        if not uris:
-            continue
-        if any(s.endswith("-security") for s in suites):
-            security = uris[0]
-        elif "bookworm" in suites:
-            mirror = uris[0]
-    return mirror, security
 
 
 # ------------------------------------------------------------------------------------ layer 1: base
@@ -154,7 +124,6 @@ def _normalise_into(src: tarfile.TarFile, out: tarfile.TarFile) -> None:
 
 
 def _mmdebstrap_base(raw_tar: Path) -> None:
-    mirror, security = debian_sources()
     cmd = [
         "mmdebstrap",
         "--variant=essential",
@@ -168,9 +137,7 @@ def _mmdebstrap_base(raw_tar: Path) -> None:
         '--customize-hook=rm -f "$1/etc/apt/sources.list"; : > "$1/etc/resolv.conf"',
         "bookworm",
         str(raw_tar),
-        f"deb {mirror} bookworm main",
-        f"deb {mirror} bookworm-updates main",
-        f"deb {security} bookworm-security main",
+        *bookworm_lines(),
     ]
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH), "LC_ALL": "C.UTF-8"}
     proc = subprocess.run(cmd, capture_output=True, env=env, check=False)
@@ -190,7 +157,7 @@ def base_layer(cache_dir: Path, base_tar: Path | None = None) -> tuple[Path, str
         st = Path(base_tar).stat()
         key_src = f"custom\0{Path(base_tar).resolve()}\0{st.st_size}\0{st.st_mtime_ns}"
     else:
-        key_src = f"mmdebstrap\0{RECIPE_VERSION}\0{','.join(BASE_INCLUDE)}\0{debian_sources()}"
+        key_src = f"mmdebstrap\0{RECIPE_VERSION}\0{','.join(BASE_INCLUDE)}\0{debian_mirrors()}"
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     layer = cache_dir / f"base-layer-{key}.tar"
     cached = _layer_cached(layer)
@@ -335,7 +302,7 @@ def triton_layer(cache_dir: Path, neuron_runtime: str) -> tuple[Path, str]:
     return layer, diff_id
 
 
-# ------------------------------------------------------------------------------------------ archive
+# ------------------------------------------------------------------------------------------- image
 
 
 def image_config(diff_ids: list[str], tag: str, neuron_runtime: str) -> dict:
@@ -379,55 +346,6 @@ def image_config(diff_ids: list[str], tag: str, neuron_runtime: str) -> dict:
     }
 
 
-def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
-    ti = tarfile.TarInfo(name)
-    ti.size, ti.mode, ti.mtime = len(data), mode, SOURCE_DATE_EPOCH
-    tar.addfile(ti, io.BytesIO(data))
-
-
-def write_docker_archive(out: Path, layers: list[tuple[Path, str]], config: dict, tag: str) -> None:
-    """Write ``out`` in the ``docker save`` format from (layer tar, diff_id hex) pairs and a config."""
-    config_bytes = json.dumps(config, separators=(",", ":"), sort_keys=True).encode()
-    config_digest = hashlib.sha256(config_bytes).hexdigest()
-    repo, _, version = tag.rpartition(":") if ":" in tag.rsplit("/", 1)[-1] else (tag, "", "latest")
-    layer_ids: list[str] = []
-    parent = ""
-    for _, diff_id in layers:
-        parent = hashlib.sha256(f"{parent}\n{diff_id}".encode()).hexdigest()
-        layer_ids.append(parent)
-    manifest = [
-        {
-            "Config": f"{config_digest}.json",
-            "RepoTags": [tag],
-            "Layers": [f"{i}/layer.tar" for i in layer_ids],
-        }
-    ]
-    tmp = out.with_name(f".{out.name}.tmp")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for n, ((path, _diff), layer_id) in enumerate(zip(layers, layer_ids, strict=True)):
-            d = tarfile.TarInfo(layer_id)
-            d.type, d.mode, d.mtime = tarfile.DIRTYPE, 0o755, SOURCE_DATE_EPOCH
-            tar.addfile(d)
-            _add_bytes(tar, f"{layer_id}/VERSION", b"1.0")
-            v1 = {"id": layer_id, "created": CREATED, "os": "linux"}
-            if n:
-                v1["parent"] = layer_ids[n - 1]
-            if n == len(layers) - 1:
-                v1 |= {"architecture": "amd64", "config": config["config"]}
-            _add_bytes(tar, f"{layer_id}/json", json.dumps(v1, separators=(",", ":")).encode())
-            ti = tarfile.TarInfo(f"{layer_id}/layer.tar")
-            ti.size, ti.mode, ti.mtime = path.stat().st_size, 0o644, SOURCE_DATE_EPOCH
-            with open(path, "rb") as fh:
-                tar.addfile(ti, fh)
-        _add_bytes(tar, f"{config_digest}.json", config_bytes)
-        _add_bytes(tar, "manifest.json", json.dumps(manifest, separators=(",", ":")).encode())
-        _add_bytes(
-            tar, "repositories", json.dumps({repo: {version: layer_ids[-1]}}, separators=(",", ":")).encode()
-        )
-    os.replace(tmp, out)
-
-
 def build_triton_image(
     cache_dir: Path,
     out: Path,
@@ -460,54 +378,5 @@ def build_triton_image(
         write_docker_archive(out, layers, config, tag)
         st = out.stat()
         stamps[key] = {"inputs": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        tmp = stamp_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(stamps, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, stamp_file)
+        write_atomic(stamp_file, json.dumps(stamps, indent=1, sort_keys=True).encode())
     return out
-
-
-def read_archive(archive: Path) -> tuple[list[dict], dict]:
-    """(manifest.json, image config) of a docker-archive tarball (for checks and tests)."""
-    with tarfile.open(archive) as tar:
-        manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
-        config = json.load(tar.extractfile(manifest[0]["Config"]))  # type: ignore[arg-type]
-    return manifest, config
-
-
-def verify_archive(archive: Path) -> list[str]:
-    """Problems found in ``archive`` (empty list = consistent): layer sha256 == diff_ids, files present."""
-    problems: list[str] = []
-    with tarfile.open(archive) as tar:
-        manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
-        cfg_name = manifest[0]["Config"]
-        cfg_bytes = tar.extractfile(cfg_name).read()  # type: ignore[union-attr]
-        if hashlib.sha256(cfg_bytes).hexdigest() != cfg_name.removesuffix(".json"):
-            problems.append(f"config {cfg_name}: digest does not match its name")
-        diff_ids = json.loads(cfg_bytes)["rootfs"]["diff_ids"]
-        if len(diff_ids) != len(manifest[0]["Layers"]):
-            problems.append("number of layers differs from number of diff_ids")
-        for layer, diff_id in zip(manifest[0]["Layers"], diff_ids, strict=False):
-            h = hashlib.sha256()
-            fh = tar.extractfile(layer)
-            if fh is None:
-                problems.append(f"{layer}: missing")
-                continue
-            for chunk in iter(lambda: fh.read(_CHUNK), b""):  # noqa: B023 (consumed immediately)
-                h.update(chunk)
-            if f"sha256:{h.hexdigest()}" != diff_id:
-                problems.append(f"{layer}: sha256 {h.hexdigest()} != diff_id {diff_id}")
-        if "repositories" not in tar.getnames():
-            problems.append("repositories file missing")
-    return problems
-
-
-def extract_layer(archive: Path, index: int, dest: Path) -> None:
-    """Extract layer ``index`` of ``archive`` into ``dest`` (for checks; no whiteout handling)."""
-    with tarfile.open(archive) as tar:
-        manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
-        layer = tar.extractfile(manifest[0]["Layers"][index])
-        with tarfile.open(fileobj=layer, mode="r|") as inner:  # type: ignore[call-overload]
-            if hasattr(tarfile, "tar_filter"):
-                inner.extractall(dest, filter="tar")
-            else:  # Python without extraction filters
-                inner.extractall(dest)  # noqa: S202

@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-from tritonfleet.sandbox import fleet
+from tritonfleet.sandbox import layout
 
 
 def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
     """``[(name, data), ...]`` for the running sandbox hosts (all, or ``names``)."""
-    state = fleet.load_state()
-    hosts = fleet.hosts_from_state(state)
+    state = layout.load_state()
+    hosts = layout.hosts_from_state(state)
     if not hosts:
         raise SystemExit("the sandbox is not up: run `make sandbox-up` (or `tritonfleet sandbox up`)")
     supplies = state.get("supplies", {})
     repos = supplies.get("repos", {})
-    base = f"http://{fleet.BRIDGE_IP}:{fleet.REPO_PORT}"
+    base = f"http://{layout.BRIDGE_IP}:{layout.REPO_PORT}"
     common = {
         "ssh_user": "root",
-        "ssh_key": str(fleet.key_path()),
-        "ssh_known_hosts_file": str(fleet.known_hosts_path()),
+        "ssh_key": str(layout.key_path()),
+        "ssh_known_hosts_file": str(layout.known_hosts_path()),
         "ssh_strict_host_key_checking": "yes",
-        "imds_endpoint": f"http://{fleet.BRIDGE_IP}:{fleet.IMDS_PORT}",
-        "models_s3_endpoint": fleet.s3_endpoint(),
-        "models_s3_region": fleet.S3_REGION,
-        "models_s3_uri": f"s3://{fleet.S3_BUCKET}/{fleet.S3_PREFIX}",
+        "imds_endpoint": f"http://{layout.BRIDGE_IP}:{layout.IMDS_PORT}",
+        # the models role's keys (where its S3 model repository is)
+        "models_s3_endpoint": layout.s3_endpoint(),
+        "models_s3_region": layout.S3_REGION,
+        "models_s3_uri": f"s3://{layout.S3_BUCKET}/{layout.S3_PREFIX}",
         "triton_image_source": "archive",
         "triton_repository_secret": state.get("repository_secret"),
-        "models_source": str(fleet.SAMPLES),
+        "models_source": str(layout.SAMPLES),
         "triton_image": "tritonfleet-sandbox/tritonserver:2.51.0-sandbox",
         "triton_image_archive": "/srv/images/tritonserver-2.51.0-sandbox.tar",
     }
