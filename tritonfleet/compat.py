@@ -231,13 +231,12 @@ def version_pin(version: str) -> str:
 
     A full four-part version keeps a suffix open (``2.30.2.0`` -> ``2.30.2.0*``, for ``-dkms``-style
     revisions); a shorter one becomes a component prefix (``2.29`` -> ``2.29.*``, which does not match
-    ``2.290``). A value that already is a pattern (``2.24.*``) is returned as it is. This is the one rule
-    for every package pin.
+    ``2.290``). A value that already is a pattern gets the same treatment (``2.24.*`` stays, ``2.26*``
+    becomes ``2.26.*``, ``2.26.10.0*`` stays). This is the one rule for every package pin.
     """
     v = parse_version(version)
-    if v.wildcard:
-        return str(v)
-    return f"{v}*" if len(v.parts) >= 4 else f"{v}.*"
+    text = ".".join(map(str, v.parts))
+    return f"{text}*" if len(v.parts) >= 4 else f"{text}.*"
 
 
 def driver_pin(neuron_arch: str | None, release: str = DEFAULT_SDK_RELEASE,

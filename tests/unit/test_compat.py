@@ -265,7 +265,8 @@ def test_one_pin_rule_for_every_package():
     from tritonfleet.compat import version_pin
 
     assert version_pin("2.29") == "2.29.*" and version_pin("2.30.2.0") == "2.30.2.0*"
-    assert version_pin("2.24.*") == "2.24.*"
+    assert version_pin("2.24.*") == "2.24.*" and version_pin("2.26*") == "2.26.*"
+    assert version_pin("2.26.10.0*") == "2.26.10.0*"  # a data pattern for a full version keeps its suffix open
     pin = package_pins(host_config({"instance_type": "inf2.xlarge", "neuron_sdk_release": "2.31.0",
                                     "neuron_key_fingerprint": "A" * 40,
                                     "triton_repository_secret": "s" * 24}))["aws-neuronx-dkms"]
