@@ -15,11 +15,11 @@ ARGS      ?=
 # Debian packages the sandbox fleet needs on the controller.
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-e2e lint sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-e2e lint bench-converge sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables:"
 	@echo "  HOSTS=$(HOSTS)           number of sandbox hosts (sandbox-up)"
@@ -84,6 +84,9 @@ status: setup ## Table of every host and Triton server in INVENTORY (PREVIOUS=1:
 
 gen-model: setup ## Generate a Triton model directory (ARGS='--model_type pytorch ...')
 	$(TF) gen-model $(ARGS)
+
+bench-converge: prereqs setup ## Converge cost on the sandbox at 1/3/8 hosts and --dry over 200/1000 @fake hosts (root)
+	$(PY) bench/converge.py
 
 bench: setup ## Benchmarks (ratios against the named peer, measured in the same run)
 	@ls bench/*.py >/dev/null 2>&1 || { echo "no benchmarks yet (bench/*.py)"; exit 0; }; \
