@@ -49,16 +49,16 @@ for m in "$@"; do
     echo "ERROR: took the new model $m out of the live repository (a restart would fail on it)" >&2
   fi
 done
+# models this gate loaded (a stamp each) whose directory left the repository: Triton's index no longer
+# lists them once their directory is gone, so the stamps are what says they are still loaded
+for st in "$stamps"/*; do
+  [ -e "$st" ] || continue
+  gone=${st##*/}
+  [ -d "$dir/$gone" ] && continue
+  echo "unloading $gone (no longer in the repository)" >&2
+  if [ "$(api "models/$gone/unload")" = 200 ]; then rm -f "$st"; else echo "ERROR: unload of $gone failed: $(cat "$tmp")" >&2; failed=1; fi
+done
 code=$(api index)
-if [ "$code" = 200 ]; then
-  for loaded in $(grep -o '{[^}]*}' "$tmp" | grep '"state":"READY"' | grep -o '"name":"[^"]*"' | cut -d'"' -f4 | sort -u); do
-    if [ ! -d "$dir/$loaded" ]; then
-      echo "unloading $loaded (no longer in the repository)" >&2
-      [ "$(api "models/$loaded/unload")" = 200 ] && rm -f "$stamps/$loaded" || failed=1
-    fi
-  done
-  code=$(api index)
-fi
 for m in "$@"; do
   if ! curl -fsS -m 2 -o /dev/null "$url/v2/models/$m/ready" 2>/dev/null; then
     entry=$(grep -o '{[^}]*"name":"'"$m"'"[^}]*}' "$tmp" 2>/dev/null | head -n 1)
