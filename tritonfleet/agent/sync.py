@@ -99,12 +99,12 @@ from .manifest import Entry, SyncError, check_paths, diff, key_to_path, model_ch
 from .verify import EMPTY_MD5, checksum_matches, etag_parts, full_object_checksum, hash_file, uniform_parts
 
 PART_SIZE = 8 * 1024 * 1024  # threshold and size of ranged GETs
-_SOURCE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?$")
+_SOURCE = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?", re.DOTALL)
 
 
 def parse_source(url: str) -> tuple[str, str]:
     """(bucket, prefix) of ``s3://bucket[/prefix]``; the prefix ends with "/" or is empty."""
-    m = _SOURCE.match(url)
+    m = _SOURCE.fullmatch(url)
     if not m or ".." in m.group(1):
         raise ValueError(f"not an S3 URL s3://BUCKET[/PREFIX]: {url!r}")
     prefix = m.group(2) or ""
