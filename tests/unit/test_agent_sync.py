@@ -306,6 +306,7 @@ def test_object_replaced_during_sync_fails_the_sync(endpoint, s3, bucket, tmp_pa
     monkeypatch.setattr(sync.Remote, "list", list_then_replace)
     code, out, err = agent(capsys, *sync_args(endpoint, bucket, tmp_path))
     assert code == 1 and "changed in S3 while syncing" in out["error"], out["error"]
+    assert "HeadObject" not in out["requests"]  # the conditional GET failed; no download to check
     assert not (tmp_path / "current").exists() and versions(tmp_path) == []
 
 
@@ -394,6 +395,32 @@ def test_summary_line(endpoint, s3, bucket, tmp_path, capsys):
     assert out.rstrip().endswith("models: +a +b")
     code, out, _ = agent(capsys, *args)
     assert out.startswith("no changes: 000001-") and out.count("\n") == 1
+
+
+def test_progress_line_on_a_terminal(endpoint, s3, bucket, tmp_path, capsys, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    set_remote(s3, bucket, "repo", sample_tree(11))
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    args = [a for a in sync_args(endpoint, bucket, tmp_path) if a != "--json"]
+    code, out, _ = agent(capsys, *args)
+    progress = sys.stderr.getvalue()
+    assert code == 0 and out.startswith("synced ") and out.count("\n") == 1
+    assert progress.startswith("\rdownloading 0/15 files, 0 B of ") and "downloading 15/15 files" in progress
+    assert progress.endswith("\r") and "\n" not in progress  # the line is cleared, the summary goes to stdout
+
+
+def test_modes_whatever_the_umask(endpoint, s3, bucket, tmp_path, capsys):
+    set_remote(s3, bucket, "repo", {"a/1/x": b"x"})
+    old = os.umask(0o077)
+    try:
+        assert agent(capsys, *sync_args(endpoint, bucket, tmp_path))[0] == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "current/a/1/x").stat().st_mode & 0o777 == 0o644
+    assert {(tmp_path / "current" / d).stat().st_mode & 0o777 for d in ("", "a", "a/1")} == {0o755}
 
 
 @pytest.mark.parametrize("args, message", [

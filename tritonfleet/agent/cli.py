@@ -106,7 +106,7 @@ class _Line(Progress):
     def file_done(self) -> None:
         with self._lock:
             self.done += 1
-        self._show()
+        self._show(force=self.done == self.files)
 
     def _show(self, force: bool = False) -> None:
         now = time.monotonic()

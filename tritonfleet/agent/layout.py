@@ -177,8 +177,9 @@ class Repo:
         """Write the manifest into the staging tree and rename the tree to ``versions/<id>``."""
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         write_manifest(os.path.join(staging.tree, MANIFEST_NAME), staging.id, source, created, entries)
-        if durable:  # the files were fsynced as they came; now the directory entries
-            for dirpath, _, _ in os.walk(staging.tree):
+        for dirpath, _, _ in os.walk(staging.tree):
+            os.chmod(dirpath, 0o755)  # readable by Triton's user whatever the agent's umask (files are 0644)
+            if durable:  # the files were fsynced as they came; now the directory entries
                 fsync_dir(dirpath)
         os.rename(staging.tree, self.path(staging.id))
         if durable:

@@ -35,8 +35,11 @@ How a sync runs:
    attempts in all), then the sync fails and nothing is switched.
 4. Write the manifest, rename the staging tree to ``versions/<id>``, then switch ``current``: a new
    symlink under a temporary name, renamed over ``current`` (atomic). Files and directories are fsynced
-   first (``--no-fsync`` skips that).
+   first (``--no-fsync`` skips that). Files are mode 0644 and directories 0755 whatever the umask, so
+   Triton's user can read them.
 5. Prune: keep ``--keep`` versions, the current one included; older ones are renamed away, then deleted.
+   With ``--keep 1`` the previous version goes right after the switch, maybe while Triton still reads
+   it: keep 2 or more.
 
 A sync killed at any point leaves ``current`` at a complete version; the next run deletes leftovers and
 reuses what the dead run had downloaded and checked.
