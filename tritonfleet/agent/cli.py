@@ -96,7 +96,8 @@ class _Line(Progress):
 
     def begin(self, files: int, nbytes: int) -> None:
         self.files, self.nbytes = files, nbytes
-        self._show(force=True)
+        if files:
+            self._show(force=True)
 
     def advance(self, nbytes: int) -> None:
         with self._lock:

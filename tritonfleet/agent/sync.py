@@ -56,16 +56,18 @@ Options:
   --retries N                    download attempts per object when a check fails (default 3)
   --allow-empty                  accept an empty prefix (default: an empty listing fails the sync)
   --dry-run                      list and compare only: report what would change, download nothing
-  --no-fsync                     skip the fsyncs (faster; a power cut may then lose the new version)
+  --no-fsync                     skip the fsyncs (faster; after a power cut ``current`` may then show
+                                 files whose data never reached the disk)
   --json                         one JSON object on stdout instead of the summary line
 
 Credentials: boto3's default provider chain only (environment, shared config and credentials files,
 SSO, the instance profile through IMDS). The agent takes no keys as options and prints none.
 
-Output: on a terminal a progress line on stderr, then one summary line on stdout::
+Output: on a terminal a progress line on stderr, then one summary line on stdout, such as::
 
-    synced 000004-20250102T030405Z: 1 added, 2 changed, 1 removed, 37 unchanged; 12.3 MB downloaded \
-in 1.4 s; models: +bert ~resnet50 -old
+    synced 000004-20250102T030405Z: 1 added, 2 changed, 1 removed, 37 unchanged; 3 downloaded (12.3 MB), 37 linked in 1.4 s; models: +bert ~resnet50 -old
+    no changes: 000004-20250102T030405Z (41 files) in 0.2 s
+    switched to 000002-20250101T120000Z (already on disk): 0 added, 1 changed, 0 removed, 40 unchanged in 0.2 s; models: ~resnet50
 
 ``--json`` prints one object: ``status`` ("synced", "switched", "unchanged", "dry-run", "failed"),
 ``version``, ``previous``, ``files`` (paths ``added``/``changed``/``removed``), ``unchanged`` (a count),
@@ -83,7 +85,9 @@ IAM policy the host's role needs (nothing else)::
        "Condition": {"StringLike": {"s3:prefix": ["PREFIX/*"]}}},
       {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::BUCKET/PREFIX/*"}]}
 
-(HeadObject is authorized by ``s3:GetObject``; an SSE-KMS bucket also needs ``kms:Decrypt`` on its key.)
+(HeadObject is authorized by ``s3:GetObject``; an SSE-KMS bucket also needs ``kms:Decrypt`` on its key;
+a source without a prefix needs ``s3:ListBucket`` without the condition and ``s3:GetObject`` on
+``arn:aws:s3:::BUCKET/*``.)
 """
 
 from __future__ import annotations
