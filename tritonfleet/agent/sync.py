@@ -42,7 +42,8 @@ How a sync runs:
    it: keep 2 or more.
 
 A sync killed at any point leaves ``current`` at a complete version; the next run deletes leftovers and
-reuses what the dead run had downloaded and checked.
+reuses what the dead run had downloaded and checked. Versions share unchanged files as hard links: never
+edit a file under ``DIR`` in place (change it in S3 and sync).
 
 Options:
 
