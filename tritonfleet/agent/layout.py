@@ -1,0 +1,214 @@
+"""The repository directory on the host: complete versions, the ``current`` link, staging and pruning.
+
+Every step that changes what ``current`` shows is one rename: a staging tree becomes ``versions/<id>``
+only once it is complete (manifest included), ``current`` is replaced by a link made under a temporary
+name, and a version is renamed to ``.trash-<id>`` before it is deleted. A process killed anywhere leaves
+``current`` pointing at a complete version; leftovers are cleared by the next run (under the lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+
+from .manifest import MANIFEST_NAME, Entry, SyncError, entries_from, read_manifest, write_manifest
+
+_VERSION = re.compile(r"^(\d{6,})-\d{8}T\d{6}Z$")
+_STAGING = ".staging-"
+_TRASH = ".trash-"
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _seq(name: str) -> int:
+    for lead in (_STAGING, _TRASH, ""):
+        if name.startswith(lead):
+            m = _VERSION.match(name[len(lead):])
+            if m:
+                return int(m.group(1))
+    return 0
+
+
+class Staging:
+    """A version being built: ``tree/`` (becomes the version), ``parts/`` (downloads in progress) and
+    ``journal`` (one line per file placed in the tree and checked, read by the next run to resume)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.id = os.path.basename(root)[len(_STAGING):]
+        self.tree = os.path.join(root, "tree")
+        self.parts = os.path.join(root, "parts")
+        self.journal = os.path.join(root, "journal")
+        self.placed: dict[str, Entry] = {}  # by this run
+        self._lock = threading.Lock()
+        self._journal = None
+
+    def create(self) -> Staging:
+        os.makedirs(self.tree)
+        os.makedirs(self.parts)
+        self._journal = open(self.journal, "a", encoding="utf-8")
+        return self
+
+    def close(self) -> None:
+        if self._journal:
+            self._journal.close()
+            self._journal = None
+
+    def place(self, entry: Entry, src: str, link: bool) -> None:
+        """Put ``src`` at the entry's path in the tree (a hard link, or a rename of a checked download)
+        and journal it. A link that the filesystem refuses becomes a copy."""
+        dst = os.path.join(self.tree, entry.path)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if not link:
+            os.replace(src, dst)
+        else:
+            try:
+                os.link(src, dst)
+            except OSError as exc:
+                if exc.errno not in (errno.EMLINK, errno.EPERM, errno.EXDEV, errno.ENOTSUP):
+                    raise
+                tmp = os.path.join(self.parts, "copy-" + str(threading.get_ident()))
+                shutil.copyfile(src, tmp)
+                os.replace(tmp, dst)
+        with self._lock:
+            self.placed[entry.path] = entry
+            self._journal.write(json.dumps(asdict(entry), sort_keys=True) + "\n")
+            self._journal.flush()
+
+    def journaled(self) -> dict[str, Entry]:
+        """The files a (dead) run placed and checked here that are still in the tree with their size."""
+        out = {}
+        try:
+            with open(self.journal, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            try:
+                (entry,) = entries_from([json.loads(line)]).values()
+            except ValueError:  # json errors included: a line cut short by the kill
+                continue
+            try:
+                if os.stat(os.path.join(self.tree, entry.path)).st_size == entry.size:
+                    out[entry.path] = entry
+            except OSError:
+                pass
+        return out
+
+
+class Repo:
+    """``DIR``: ``versions/<id>/`` (complete, each with its manifest), ``current`` -> ``versions/<id>``,
+    ``.lock``, and while a sync runs ``versions/.staging-<id>/``."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.versions = os.path.join(self.root, "versions")
+        self.current_link = os.path.join(self.root, "current")
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold ``DIR/.lock`` (one sync at a time), clear what dead runs left but staging dirs."""
+        os.makedirs(self.versions, exist_ok=True)
+        fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SyncError(f"another sync holds {self.root}/.lock") from None
+            if os.path.lexists(self.current_link) and not os.path.islink(self.current_link):
+                raise SyncError(f"{self.current_link} exists and is not a symlink; move it away first")
+            for name in os.listdir(self.root):
+                if name.startswith(".current.tmp"):
+                    os.unlink(os.path.join(self.root, name))
+            for name in os.listdir(self.versions):
+                if name.startswith(_TRASH):
+                    shutil.rmtree(os.path.join(self.versions, name), ignore_errors=True)
+            yield
+        finally:
+            os.close(fd)
+
+    def path(self, version: str) -> str:
+        return os.path.join(self.versions, version)
+
+    def current(self) -> str | None:
+        """The id of the version ``current`` points at, None when there is none."""
+        try:
+            target = os.readlink(self.current_link)
+        except FileNotFoundError:
+            return None
+        version = os.path.basename(target.rstrip("/"))
+        return version if _VERSION.match(version) and os.path.isdir(self.path(version)) else None
+
+    def manifest(self, version: str) -> dict[str, Entry]:
+        return read_manifest(os.path.join(self.path(version), MANIFEST_NAME))
+
+    def complete(self) -> list[str]:
+        """Ids of the versions on disk (those with a manifest), oldest first."""
+        names = [n for n in os.listdir(self.versions)
+                 if _VERSION.match(n) and os.path.isfile(os.path.join(self.versions, n, MANIFEST_NAME))]
+        return sorted(names, key=_seq)
+
+    def stale_staging(self) -> list[Staging]:
+        """Staging dirs of dead runs (the lock is held), newest first."""
+        names = [n for n in os.listdir(self.versions) if n.startswith(_STAGING) and _seq(n)]
+        return [Staging(os.path.join(self.versions, n)) for n in sorted(names, key=_seq, reverse=True)]
+
+    def new_staging(self) -> Staging:
+        seq = max([_seq(n) for n in os.listdir(self.versions)] + [0]) + 1
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        return Staging(os.path.join(self.versions, f"{_STAGING}{seq:06d}-{stamp}")).create()
+
+    def commit(self, staging: Staging, entries: dict[str, Entry], source: str, durable: bool) -> str:
+        """Write the manifest into the staging tree and rename the tree to ``versions/<id>``."""
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_manifest(os.path.join(staging.tree, MANIFEST_NAME), staging.id, source, created, entries)
+        for dirpath, _, _ in os.walk(staging.tree):
+            os.chmod(dirpath, 0o755)  # readable by Triton's user whatever the agent's umask (files are 0644)
+            if durable:  # the files were fsynced as they came; now the directory entries
+                fsync_dir(dirpath)
+        os.rename(staging.tree, self.path(staging.id))
+        if durable:
+            fsync_dir(self.versions)
+        return staging.id
+
+    def switch(self, version: str, durable: bool) -> None:
+        """Point ``current`` at the version: a new link under a temporary name, renamed over ``current``."""
+        tmp = os.path.join(self.root, f".current.tmp-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.symlink(os.path.join("versions", version), tmp)
+        os.replace(tmp, self.current_link)
+        if durable:
+            fsync_dir(self.root)
+
+    def remove(self, name: str) -> None:
+        """Delete ``versions/<name>`` (a version or staging dir): renamed out of sight first."""
+        src = os.path.join(self.versions, name)
+        trash = os.path.join(self.versions, _TRASH + name.lstrip("."))
+        os.rename(src, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def prune(self, keep: int) -> list[str]:
+        """Delete all but the ``keep`` newest versions; the current one is always kept (and counted)."""
+        current = self.current()
+        others = [v for v in self.complete() if v != current]
+        room = keep - (1 if current else 0)
+        doomed = others[:max(len(others) - room, 0)]
+        for version in doomed:
+            self.remove(version)
+        return doomed
