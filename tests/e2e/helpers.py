@@ -60,6 +60,21 @@ def pyinfra(inventory: Path | str, *args: str, timeout: float = 900) -> PyinfraR
     return PyinfraRun(proc.returncode, proc.stdout, proc.stderr, _totals(proc.stdout + proc.stderr))
 
 
+def assert_noop(run: PyinfraRun) -> None:
+    """A run that did real work and changed nothing: the check for every "second run changes nothing".
+
+    Each condition alone is too weak: ``changed == 0`` also holds for a run with no operations (a deploy
+    that quietly did nothing) and for a run whose operations errored (``_ignore_errors`` keeps exit 0).
+    """
+    tail = run.output[-4000:]
+    assert run.returncode == 0, f"pyinfra exited {run.returncode}:\n{tail}"
+    assert run.totals, f"no 'Grand total' line in the pyinfra output:\n{tail}"
+    assert run.totals["operations"] > 0, f"the run had no operations:\n{tail}"
+    assert run.totals["errors"] == 0, f"{run.totals['errors']} operations failed:\n{tail}"
+    assert run.totals["changed"] == 0, f"{run.totals['changed']} operations changed something:\n{tail}"
+    assert run.totals["no_change"] == run.totals["operations"], f"{run.totals}:\n{tail}"
+
+
 class SshError(RuntimeError):
     """SSH itself failed (host unreachable, refused, auth or host key): the command never ran.
 
