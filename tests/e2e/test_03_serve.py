@@ -17,6 +17,12 @@ def _containers(name: str) -> list[dict]:
     return json.loads(ssh(name, "docker inspect " + " ".join(ids)).stdout) if ids else []
 
 
+def _neuron_nodes(name: str, container: str | None = None) -> set[str]:
+    """Neuron entries in /dev as the host (or one of its containers, through `docker exec`) sees them."""
+    ls = f"docker exec {container} ls -A /dev" if container else "ls -A /dev"
+    return {e for e in ssh(name, ls).stdout.split() if e.startswith("neuron")}
+
+
 def _env(c: dict) -> dict:
     return dict(e.split("=", 1) for e in c["Config"]["Env"])
 
@@ -49,6 +55,12 @@ def test_container_has_exactly_its_device_and_limits(served):
     assert "--model-control-mode=explicit" in args and "--model-repository=/models" in args
     assert any(a.startswith("--http-restricted-api=model-repository:") for a in args)
     assert any(a.startswith("--grpc-restricted-protocol=model-repository:") for a in args)
+
+
+def test_container_sees_only_its_own_device_node(served):
+    _, _, c = served
+    assert _neuron_nodes("scratch") == {"neuron0"}
+    assert _neuron_nodes("scratch", c["Id"]) == {"neuron0"}
 
 
 def test_inference_over_http_and_grpc(served):
@@ -105,9 +117,12 @@ def test_three_servers_split_inf2_48xlarge(sandbox, tmp_path):
     assert sorted(by_name) == ["triton-0", "triton-1", "triton-2"]
     expected = {"triton-0": (range(0, 4), "0-7", 8000), "triton-1": (range(4, 8), "8-15", 8010),
                 "triton-2": (range(8, 12), "16-23", 8020)}
+    assert _neuron_nodes("inf2big") == {f"neuron{i}" for i in range(12)}  # the host has them all
     for name, (devs, cores, port) in expected.items():
         c = by_name[name]
         assert [d["PathOnHost"] for d in c["HostConfig"]["Devices"]] == [f"/dev/neuron{i}" for i in devs]
+        # what the container really sees: its own nodes and no other neuron node
+        assert _neuron_nodes("inf2big", c["Id"]) == {f"neuron{i}" for i in devs}, name
         assert _env(c)["NEURON_RT_VISIBLE_CORES"] == cores
         _check_add_sub(host_ip("inf2big"), port, port + 1)
 
