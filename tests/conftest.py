@@ -1,8 +1,147 @@
-"""Shared pytest setup: the repository root on sys.path (roles/, deploys/ are top-level dirs)."""
+"""Shared pytest setup for every layer of the suite.
 
+* The repository root on sys.path (roles/, deploys/ are top-level dirs).
+* Layers: every test gets exactly one layer marker from its folder, so each layer runs on its own
+  (``pytest -m pure``, ``-m fake``, ``-m triton``, ``-m sandbox``, ``-m e2e``).
+* Order: tests marked ``teardown`` (they take the e2e fleet down) run after every other e2e test,
+  whatever their file is called.
+* CI (``CI=true``): a skipped test is a failure unless it is marked ``allow_skip("reason")``;
+  a missing tool, package or privilege on the CI machine must not pass quietly.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# layer marker -> what the layer needs
+LAYERS = {
+    "pure": "pure Python: no hosts, no root, no external tools (tests/unit)",
+    "fake": "pyinfra deploys against @fake hosts: no real hosts (tests/fake)",
+    "triton": "a real Triton 2.51 server on CPU, from the nvidia-pytriton wheel (tests/genmodel)",
+    "sandbox": "the sandbox fleet's own machinery on this machine: root, mmdebstrap, dpkg, apt tools, "
+               "no running fleet (tests/unit/test_sandbox_*.py)",
+    "e2e": "needs root and the sandbox fleet (real hosts) (tests/e2e)",
+}
+
+# First match wins: (top folder under tests/, file name glob, layer). A test file no rule matches is a
+# usage error, so a new folder has to say which layer it belongs to.
+LAYER_RULES = [
+    ("unit", "test_sandbox_*.py", "sandbox"),
+    ("unit", "*", "pure"),
+    ("fake", "*", "fake"),
+    ("genmodel", "*", "triton"),
+    ("e2e", "*", "e2e"),
+]
+
+OTHER_MARKERS = [
+    "teardown: runs after every other e2e test of the session (takes the sandbox fleet down)",
+    "allow_skip(reason): this test may be skipped under CI=true; the reason says why that is acceptable",
+    "slow: takes more than a few seconds",
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, help_text in LAYERS.items():
+        config.addinivalue_line("markers", f"{name}: layer: {help_text}")
+    for line in OTHER_MARKERS:
+        config.addinivalue_line("markers", line)
+    config.pluginmanager.register(TeardownLast(), "tritonfleet-teardown-last")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def layer_of(path: Path) -> str | None:
+    """The layer of a test file by its folder (``None``: outside every layer)."""
+    try:
+        rel = Path(path).resolve().relative_to(TESTS)
+    except ValueError:
+        return None
+    for folder, name_glob, layer in LAYER_RULES:
+        if rel.parts[0] == folder and fnmatch.fnmatch(rel.name, name_glob):
+            return layer
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the layer markers must be there by then
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unplaced = []
+    for item in items:
+        explicit = {m.name for m in item.iter_markers() if m.name in LAYERS}
+        if len(explicit) > 1:
+            raise pytest.UsageError(f"{item.nodeid} has more than one layer marker: {sorted(explicit)}")
+        if not explicit:
+            layer = layer_of(item.path)
+            if layer is None:
+                unplaced.append(item.nodeid)
+                continue
+            item.add_marker(getattr(pytest.mark, layer))
+    if unplaced:
+        raise pytest.UsageError(
+            "tests outside every layer (add a rule to LAYER_RULES in tests/conftest.py): " + ", ".join(unplaced))
+
+
+class TeardownLast:
+    """Runs the tests marked ``teardown`` after every other e2e test, whatever their files are called.
+
+    They go right after the last other e2e test (all of them, if there is none), keeping their own
+    order: the fleet is down before any later layer runs. Only e2e tests can use the fleet (its
+    fixture lives in tests/e2e/conftest.py), so nothing that needs it comes after them."""
+
+    @pytest.hookimpl(trylast=True)  # after every other plugin that reorders
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        down = [i for i in items if i.get_closest_marker("teardown") is not None]
+        if not down:
+            return
+        rest = [i for i in items if i.get_closest_marker("teardown") is None]
+        last_e2e = max((n for n, i in enumerate(rest) if i.get_closest_marker("e2e") is not None),
+                       default=len(rest) - 1)
+        items[:] = rest[:last_e2e + 1] + down + rest[last_e2e + 1:]
+
+
+def _allowed_skip(node) -> bool:
+    marker = node.get_closest_marker("allow_skip")
+    if marker is None:
+        return False
+    reason = marker.args[0] if marker.args else marker.kwargs.get("reason")
+    if not (isinstance(reason, str) and reason.strip()):
+        raise pytest.UsageError(f"{node.nodeid}: allow_skip needs a reason, e.g. @pytest.mark.allow_skip('why')")
+    return True
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    text = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")  # (path, lineno, "Skipped: reason")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and in_ci() and not hasattr(report, "wasxfail") and not _allowed_skip(item)):
+        report.outcome = "failed"
+        report.longrepr = (f"skipped under CI=true ({_skip_reason(report)}): CI must run every test; install "
+                           f"what is missing, or mark the test @pytest.mark.allow_skip('reason')")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    # A module-level skip (pytest.importorskip, pytest.skip(allow_module_level=True)) skips a whole file.
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and in_ci() and not _allowed_skip(collector):
+        report.outcome = "failed"
+        report.longrepr = (f"{collector.nodeid} skipped under CI=true ({_skip_reason(report)}): CI must run "
+                           f"every test; install what is missing")

@@ -37,12 +37,6 @@ def machine_baseline() -> dict:
     }
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if "/e2e/" in str(item.fspath):
-            item.add_marker(pytest.mark.e2e)
-
-
 @pytest.fixture(scope="session")
 def baseline():
     """The machine's state before the sandbox came up (compared after `down`)."""
@@ -51,7 +45,7 @@ def baseline():
 
 @pytest.fixture(scope="session")
 def sandbox(baseline):
-    """The running sandbox fleet (brought up once; `test_zz_teardown` takes it down at the end)."""
+    """The running sandbox fleet (brought up once; the ``teardown`` tests, run last, take it down)."""
     if os.geteuid() != 0:
         pytest.skip("e2e tests need root (network namespaces, systemd-nspawn)")
     fleet.up(FLEET)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pprint
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -59,8 +60,97 @@ def pyinfra(inventory: Path | str, *args: str, timeout: float = 900) -> PyinfraR
     return PyinfraRun(proc.returncode, proc.stdout, proc.stderr, _totals(proc.stdout + proc.stderr))
 
 
-def ssh(name: str, command: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    return fleet.ssh(fleet.get_host(name), command, check=check, timeout=timeout)
+def assert_noop(run: PyinfraRun) -> None:
+    """A run that did real work and changed nothing: the check for every "second run changes nothing".
+
+    Each condition alone is too weak: ``changed == 0`` also holds for a run with no operations (a deploy
+    that quietly did nothing) and for a run whose operations errored (``_ignore_errors`` keeps exit 0).
+    """
+    tail = run.output[-4000:]
+    assert run.returncode == 0, f"pyinfra exited {run.returncode}:\n{tail}"
+    assert run.totals, f"no 'Grand total' line in the pyinfra output:\n{tail}"
+    assert run.totals["operations"] > 0, f"the run had no operations:\n{tail}"
+    assert run.totals["errors"] == 0, f"{run.totals['errors']} operations failed:\n{tail}"
+    assert run.totals["changed"] == 0, f"{run.totals['changed']} operations changed something:\n{tail}"
+    assert run.totals["no_change"] == run.totals["operations"], f"{run.totals}:\n{tail}"
+
+
+class SshError(RuntimeError):
+    """SSH itself failed (host unreachable, refused, auth or host key): the command never ran.
+
+    Distinct from the command's own non-zero exit, so an "is absent" check cannot pass on a dead host."""
+
+
+class RemoteCommandError(RuntimeError):
+    """The command ran on the host and exited non-zero (with ``check=True``)."""
+
+
+# Printed to stderr by the remote shell before the command: its presence proves the command ran.
+# (ssh's own exit code 255 is ambiguous: a remote command may exit 255 too.)
+_RAN = "__tritonfleet_e2e_command_ran__"
+
+
+def ssh(name: str, command: str, check: bool = True, timeout: float = 300,
+        input: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``command`` on sandbox host ``name``.
+
+    Raises :class:`SshError` when SSH fails (whatever ``check`` says), and :class:`RemoteCommandError`
+    when ``check`` and the command exits non-zero. With ``check=False`` a non-zero ``returncode`` is
+    always the command's own."""
+    h = fleet.get_host(name)
+    proc = subprocess.run(fleet.ssh_base_args(h) + [f"echo {_RAN} >&2; {command}"], text=True,
+                          capture_output=True, timeout=timeout, input=input)
+    lines = proc.stderr.splitlines(keepends=True)
+    ran = [line for line in lines if line.rstrip("\n") == _RAN]
+    if not ran:
+        raise SshError(f"{name} ({h.ip}): ssh failed (exit {proc.returncode}), `{command}` did not run: "
+                       f"{proc.stderr.strip()[-500:]}")
+    lines.remove(ran[0])
+    proc.stderr = "".join(lines)
+    if check and proc.returncode != 0:
+        raise RemoteCommandError(f"{name}: `{command}` failed (exit {proc.returncode}): "
+                                 f"{proc.stderr.strip()[-500:]}")
+    return proc
+
+
+def _yes_no(name: str, command: str, what: str) -> bool:
+    """True/False from a test command that exits 0 (yes) or 1 (no); anything else is an error."""
+    proc = ssh(name, command, check=False)
+    if proc.returncode not in (0, 1):
+        raise RemoteCommandError(f"{name}: cannot tell {what}: `{command}` exited {proc.returncode}: "
+                                 f"{proc.stderr.strip()[-500:]}")
+    return proc.returncode == 0
+
+
+def path_exists(name: str, path: str) -> bool:
+    """Whether ``path`` exists on host ``name`` (raises if the host cannot be asked)."""
+    return _yes_no(name, f"test -e {shlex.quote(path)}", f"whether {path} exists")
+
+
+def dpkg_version(name: str, pkg: str) -> str | None:
+    """The installed version of ``pkg`` on host ``name``; ``None`` only when dpkg says it is not installed."""
+    proc = ssh(name, f"dpkg-query -W -f='${{Status}}\\t${{Version}}' {shlex.quote(pkg)}", check=False)
+    if proc.returncode == 1 and "no packages found matching" in proc.stderr:
+        return None  # dpkg has never heard of it
+    if proc.returncode != 0:
+        raise RemoteCommandError(f"{name}: dpkg-query {pkg} exited {proc.returncode}: {proc.stderr.strip()}")
+    status, _, version = proc.stdout.partition("\t")
+    return version if status == "install ok installed" else None
+
+
+# `systemctl is-active` prints one of these; a unit that does not exist is "inactive".
+_UNIT_STATES = {"active", "reloading", "inactive", "failed", "activating", "deactivating", "maintenance",
+                "refreshing"}
+
+
+def service_active(name: str, unit: str) -> bool:
+    """Whether systemd ``unit`` is active on host ``name`` (raises if systemd cannot be asked)."""
+    proc = ssh(name, f"systemctl is-active {shlex.quote(unit)}", check=False)
+    state = proc.stdout.strip()
+    if state not in _UNIT_STATES:
+        raise RemoteCommandError(f"{name}: `systemctl is-active {unit}` said {state!r} (exit "
+                                 f"{proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return state == "active"
 
 
 def host_ip(name: str) -> str:

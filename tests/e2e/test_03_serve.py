@@ -7,7 +7,7 @@ import json
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import ROOT, host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import ROOT, assert_noop, host_ip, pyinfra, ssh, write_inventory
 from tests.e2e.test_01_sandbox import _check_add_sub
 from tritonfleet.sandbox import fleet
 
@@ -15,6 +15,12 @@ from tritonfleet.sandbox import fleet
 def _containers(name: str) -> list[dict]:
     ids = ssh(name, "docker ps -aq --filter label=com.tritonfleet.role=triton").stdout.split()
     return json.loads(ssh(name, "docker inspect " + " ".join(ids)).stdout) if ids else []
+
+
+def _neuron_nodes(name: str, container: str | None = None) -> set[str]:
+    """Neuron entries in /dev as the host (or one of its containers, through `docker exec`) sees them."""
+    ls = f"docker exec {container} ls -A /dev" if container else "ls -A /dev"
+    return {e for e in ssh(name, ls).stdout.split() if e.startswith("neuron")}
 
 
 def _env(c: dict) -> dict:
@@ -52,14 +58,19 @@ def test_container_has_exactly_its_device_and_limits(served):
     assert any(a.startswith("--grpc-restricted-protocol=" + restricted) for a in args)
 
 
+def test_container_sees_only_its_own_device_node(served):
+    _, _, c = served
+    assert _neuron_nodes("scratch") == {"neuron0"}
+    assert _neuron_nodes("scratch", c["Id"]) == {"neuron0"}
+
+
 def test_inference_over_http_and_grpc(served):
     _check_add_sub(host_ip("scratch"), 8000, 8001)
 
 
 def test_second_run_changes_nothing_and_keeps_the_container(served):
     _, second, before = served
-    assert second.returncode == 0, second.output[-4000:]
-    assert second.totals["changed"] == 0, second.output[-4000:]
+    assert_noop(second)
     (after,) = _containers("scratch")
     assert after["Id"] == before["Id"]
     assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
@@ -107,9 +118,12 @@ def test_three_servers_split_inf2_48xlarge(sandbox, tmp_path):
     assert sorted(by_name) == ["triton-0", "triton-1", "triton-2"]
     expected = {"triton-0": (range(0, 4), "0-7", 8000), "triton-1": (range(4, 8), "8-15", 8010),
                 "triton-2": (range(8, 12), "16-23", 8020)}
+    assert _neuron_nodes("inf2big") == {f"neuron{i}" for i in range(12)}  # the host has them all
     for name, (devs, cores, port) in expected.items():
         c = by_name[name]
         assert [d["PathOnHost"] for d in c["HostConfig"]["Devices"]] == [f"/dev/neuron{i}" for i in devs]
+        # what the container really sees: its own nodes and no other neuron node
+        assert _neuron_nodes("inf2big", c["Id"]) == {f"neuron{i}" for i in devs}, name
         assert _env(c)["NEURON_RT_VISIBLE_CORES"] == cores
         _check_add_sub(host_ip("inf2big"), port, port + 1)
 

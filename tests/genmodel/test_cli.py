@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -41,13 +42,25 @@ def test_help_lists_the_upstream_options(cli):
         assert option in result.stdout
 
 
+def _console_script():
+    """The object behind the installed `tritonfleet` command (wherever its module lives)."""
+    return importlib.metadata.entry_points(group="console_scripts")["tritonfleet"].load()
+
+
 def test_top_level_command_registers_gen_model():
-    cli_module = pytest.importorskip("tritonfleet.cli", reason="the top-level CLI does not import yet")
+    main = _console_script()  # a broken CLI import is an error here, never a skip
     from click.testing import CliRunner
 
-    assert "gen-model" in cli_module.main.commands
-    result = CliRunner().invoke(cli_module.main, ["gen-model", "--help"])
+    assert "gen-model" in main.commands
+    result = CliRunner().invoke(main, ["gen-model", "--help"])
     assert result.exit_code == 0 and "--triton_model_dir" in result.stdout
+
+
+def test_installed_console_script_runs_gen_model():
+    exe = Path(sys.executable).parent / "tritonfleet"  # what `pip install` put next to this Python
+    proc = subprocess.run([str(exe), "gen-model", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--triton_model_dir" in proc.stdout
 
 
 def test_module_entry_point_reports_one_line_and_exit_status(tmp_path):

@@ -1,16 +1,24 @@
 """Issue 2 acceptance: `sandbox down` leaves no trace; bad environments fail before anything is built.
-Runs last (file order): it takes the session fleet down."""
+
+Marked ``teardown``: tests/conftest.py runs these after every other test of the session (whatever this
+file is called), because they take the session fleet down."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import machine_baseline
 from tritonfleet.sandbox import fleet
+
+pytestmark = pytest.mark.teardown
+
+# The console script, not a module path: it stays `tritonfleet` wherever the CLI module lives.
+TRITONFLEET = str(Path(sys.executable).parent / "tritonfleet")
 
 
 def test_up_recovers_from_a_killed_session(sandbox):
@@ -56,8 +64,8 @@ def test_subnet_clash_is_a_clear_error_and_builds_nothing(sandbox):
     subprocess.run(["ip", "link", "add", "tfclash0", "type", "bridge"], check=True)
     try:
         subprocess.run(["ip", "addr", "add", "192.168.250.77/24", "dev", "tfclash0"], check=True)
-        proc = subprocess.run([sys.executable, "-m", "tritonfleet.cli", "sandbox", "up", "--instance-type",
-                               "inf2.xlarge"], capture_output=True, text=True)
+        proc = subprocess.run([TRITONFLEET, "sandbox", "up", "--instance-type", "inf2.xlarge"],
+                              capture_output=True, text=True)
         assert proc.returncode == 1
         assert "subnet 192.168.250.0/24 is already used by tfclash0" in proc.stderr
         assert fleet.leftovers() == []
