@@ -15,7 +15,7 @@ ARGS      ?=
 # Debian packages the sandbox fleet needs on the controller.
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-e2e lint bench-converge sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -55,7 +55,7 @@ test: prereqs setup ## Run the whole test suite, e2e on the sandbox fleet includ
 test-unit: setup ## Tests that need no root and no sandbox: pure logic and @fake deploys
 	$(VENV)/bin/pytest -m 'pure or fake' $(PYTEST_ARGS)
 
-test-pure: setup ## Layer 1: pure logic (tests/unit)
+test-pure: setup ## Layer 1: pure logic (tests/unit, but the sandbox builders)
 	$(VENV)/bin/pytest -m pure $(PYTEST_ARGS)
 
 test-fake: setup ## Layer 2: @fake pyinfra deploys and table-driven operations (tests/fake)
@@ -63,6 +63,9 @@ test-fake: setup ## Layer 2: @fake pyinfra deploys and table-driven operations (
 
 test-triton: setup ## Layer 3: real Triton 2.51 on the CPU (tests/genmodel)
 	$(VENV)/bin/pytest -m triton $(PYTEST_ARGS)
+
+test-sandbox: prereqs setup ## The sandbox's own builders: signed repos, stand-ins, images (tests/unit/test_sandbox_*; root)
+	$(VENV)/bin/pytest -m sandbox $(PYTEST_ARGS)
 
 test-e2e: prereqs setup ## Layer 4: the sandbox fleet, real hosts (tests/e2e; root)
 	$(VENV)/bin/pytest -m e2e $(PYTEST_ARGS)
