@@ -130,7 +130,8 @@ def test_status_asks_docker_and_triton(repo):
 def test_a_held_dpkg_lock_is_waited_for_and_an_interrupted_dpkg_repaired(sandbox, tmp_path):
     """Like a re-run right after a killed run: another apt still holds the lock, and dpkg was left
     half-configured. The run waits (naming the holder), repairs dpkg, and completes."""
-    ssh(HOST, "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q curl >/dev/null")  # something to install
+    # something to install again (from the sandbox's own repositories)
+    ssh(HOST, "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q aws-neuronx-tools >/dev/null")
     # a package left unpacked but not configured: what a killed `apt-get install` leaves
     ssh(HOST, "set -e; d=$(mktemp -d); mkdir -p $d/DEBIAN; printf 'Package: tf-interrupted\\nVersion: 1\\n"
               "Architecture: all\\nMaintainer: t <t@example.com>\\nDescription: t\\n' > $d/DEBIAN/control; "
@@ -143,7 +144,7 @@ def test_a_held_dpkg_lock_is_waited_for_and_an_interrupted_dpkg_repaired(sandbox
     assert "waiting up to 300s for the dpkg lock, held by" in run.output and "sleep 15" in run.output
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("ii")
     assert "repairing an interrupted dpkg" in run.output
-    assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' curl").stdout.startswith("ii")
+    assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' aws-neuronx-tools").stdout.startswith("ii")
 
 
 def _base_models(tmp_path):

@@ -39,9 +39,11 @@ def _endpoint(data: dict, labels: dict) -> str:
     return f"http://{addr}:{port}" if port else "-"
 
 
-def _triton(session: Session, port: str, header: str) -> tuple[bool, list[str] | None]:
-    """Ask the server itself, on the host: is it ready, and which models are READY (None: no index)."""
-    base = f"http://127.0.0.1:{shlex.quote(port)}/v2"
+def _triton(session: Session, addr: str, port: str, header: str) -> tuple[bool, list[str] | None]:
+    """Ask the server itself, from its host, at the address clients use (not loopback: that goes through
+    docker-proxy, which is gone while the Docker daemon is down): is it ready, which models are READY."""
+    host = f"[{addr}]" if ":" in addr else addr
+    base = f"http://{shlex.quote(host)}:{shlex.quote(port)}/v2"
     rc, out, _ = session.run(f"curl -fsS -m 3 -o /dev/null {base}/health/ready && echo @ready; "
                              f"curl -fsS -m 3 -X POST -H @- {base}/repository/index", stdin=header)
     ready = out.startswith("@ready")
@@ -98,8 +100,10 @@ def host_status(name: str, data: dict, *, previous: bool = False) -> list[dict[s
         for server in dict.fromkeys([*expected, *containers]):
             c = containers.get(server)
             labels = c["labels"] if c else {}
-            port = labels.get(hc.LABEL_ENDPOINT, "").rpartition(":")[2] or str(expected.get(server, 8000))
-            serving, ready = _triton(session, port, header)
+            bind, _, port = labels.get(hc.LABEL_ENDPOINT, "").rpartition(":")
+            port = port or str(expected.get(server, 8000))
+            addr = bind if bind not in ("", "0.0.0.0", "::") else data.get("ssh_hostname", "127.0.0.1")
+            serving, ready = _triton(session, addr, port, header)
             if c is not None:
                 state = "restarting" if c["restarting"] else c["status"]
                 if c["restart_count"]:
