@@ -42,10 +42,11 @@ def _endpoint(data: dict, labels: dict) -> str:
 def _triton(session: Session, addr: str, port: str, header: str) -> tuple[bool, list[str] | None]:
     """Ask the server itself, from its host, at the address clients use (not loopback: that goes through
     docker-proxy, which is gone while the Docker daemon is down): is it ready, which models are READY."""
-    host = f"[{addr}]" if ":" in addr else addr
-    base = f"http://{shlex.quote(host)}:{shlex.quote(port)}/v2"
-    rc, out, _ = session.run(f"curl -fsS -m 3 -o /dev/null {base}/health/ready && echo @ready; "
-                             f"curl -fsS -m 3 -X POST -H @- {base}/repository/index", stdin=header)
+    hosts = " ".join(shlex.quote(f"[{a}]" if ":" in a else a) for a in dict.fromkeys([addr, "127.0.0.1"]))
+    rc, out, _ = session.run(
+        f"hdr=$(cat); for a in {hosts}; do b=http://$a:{shlex.quote(port)}/v2; "
+        "curl -fsS -m 3 -o /dev/null $b/health/ready || continue; echo @ready; "
+        "printf '%s' \"$hdr\" | curl -fsS -m 3 -X POST -H @- $b/repository/index; break; done", stdin=header)
     ready = out.startswith("@ready")
     try:
         index = json.loads(out.removeprefix("@ready").strip() or "null")
