@@ -13,7 +13,12 @@ if [ "$family" = dnf ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 lock=/var/lib/dpkg/lock-frontend
-holder() { pid=$(fuser "$lock" 2>/dev/null | tr -s ' ' | sed 's/^ //' | cut -d' ' -f1); [ -n "$pid" ] && ps -o pid=,args= -p "$pid" 2>/dev/null || true; }
+holder() {  # the process holding the (fcntl) lock, from /proc/locks: "pid command line"
+  ino=$(stat -c %i "$lock" 2>/dev/null) || return 0
+  pid=$(awk -v ino="$ino" '{ n = split($6, a, ":"); if (a[n] == ino) { print $5; exit } }' /proc/locks 2>/dev/null)
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && printf '%s %s' "$pid" "$(tr '\0' ' ' < "/proc/$pid/cmdline")"
+  true
+}
 h=$(holder)
 [ -z "$h" ] || echo "waiting up to ${lock_timeout}s for the dpkg lock, held by: $h" >&2
 apt_opts="-o DPkg::Lock::Timeout=$lock_timeout"

@@ -4,6 +4,7 @@ docker inspect over SSH and tritonclient against the host)."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 
 import pytest
@@ -137,11 +138,13 @@ def test_a_held_dpkg_lock_is_waited_for_and_an_interrupted_dpkg_repaired(sandbox
               "Architecture: all\\nMaintainer: t <t@example.com>\\nDescription: t\\n' > $d/DEBIAN/control; "
               "dpkg-deb -b $d /tmp/tf-interrupted.deb >/dev/null; dpkg --unpack /tmp/tf-interrupted.deb >/dev/null")
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("iU")
-    holder = "flock /var/lib/dpkg/lock-frontend sleep 15"
-    ssh(HOST, f"rm -f /var/lib/tritonfleet/apt-lists.stamp; (setsid {holder} >/dev/null 2>&1 &)")
+    # apt's lock is an fcntl lock: hold it the way another apt would
+    holder = ("python3 -c 'import fcntl,time; f=open(\"/var/lib/dpkg/lock-frontend\",\"w\"); "
+              "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(20)'")
+    ssh(HOST, f"rm -f /var/lib/tritonfleet/apt-lists.stamp; (setsid sh -c {shlex.quote(holder)} >/dev/null 2>&1 &); sleep 1")
     run = _run(*_base_models(tmp_path))
     assert run.returncode == 0, run.output[-4000:]
-    assert "waiting up to 300s for the dpkg lock, held by" in run.output and "sleep 15" in run.output
+    assert "waiting up to 300s for the dpkg lock, held by" in run.output and "fcntl.lockf" in run.output
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("ii")
     assert "repairing an interrupted dpkg" in run.output
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' aws-neuronx-tools").stdout.startswith("ii")
