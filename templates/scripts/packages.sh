@@ -28,6 +28,9 @@ interrupted() {
   dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | grep -qE '^.[HUFWt]'
 }
 if interrupted; then
+  # dpkg has no lock timeout of its own: wait for the holder like apt's DPkg::Lock::Timeout does
+  end=$(( $(date +%s) + lock_timeout ))
+  while [ -n "$(holder)" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
   echo "repairing an interrupted dpkg: dpkg --configure -a" >&2
   dpkg --force-confdef --force-confold --configure -a >&2
 fi
