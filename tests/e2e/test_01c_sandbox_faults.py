@@ -6,7 +6,7 @@ import subprocess
 import time
 
 from tests.e2e.conftest import FLEET
-from tests.e2e.helpers import ssh
+from tests.e2e.helpers import SshError, ssh
 from tritonfleet.sandbox import fleet
 
 RUN_MARKER = "/run/tritonfleet-test-boot"  # on tmpfs: gone after a reboot
@@ -32,7 +32,7 @@ def _wait(what: str, check, timeout: float = 180) -> None:
 def _rebooted(name: str) -> bool:
     try:
         proc = ssh(name, f"test -e {RUN_MARKER} || systemctl is-system-running --wait", check=False, timeout=30)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, SshError):  # down while it reboots
         return False
     return proc.returncode == 0 and proc.stdout.strip() in ("running", "degraded")
 
