@@ -140,7 +140,7 @@ def test_a_held_dpkg_lock_is_waited_for_and_an_interrupted_dpkg_repaired(sandbox
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("iU")
     # apt's lock is an fcntl lock: hold it the way another apt would
     holder = ("python3 -c 'import fcntl,time; f=open(\"/var/lib/dpkg/lock-frontend\",\"w\"); "
-              "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(20)'")
+              "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(45)'")
     ssh(HOST, f"rm -f /var/lib/tritonfleet/apt-lists.stamp; (setsid sh -c {shlex.quote(holder)} >/dev/null 2>&1 &); sleep 1")
     run = _run(*_base_models(tmp_path))
     assert run.returncode == 0, run.output[-4000:]
