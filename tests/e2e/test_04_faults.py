@@ -142,7 +142,7 @@ def test_a_held_dpkg_lock_is_waited_for_and_an_interrupted_dpkg_repaired(sandbox
     holder = ("python3 -c 'import fcntl,time; f=open(\"/var/lib/dpkg/lock-frontend\",\"w\"); "
               "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(45)'")
     ssh(HOST, f"rm -f /var/lib/tritonfleet/apt-lists.stamp; (setsid sh -c {shlex.quote(holder)} >/dev/null 2>&1 &); sleep 1")
-    run = _run(*_base_models(tmp_path), "-v")  # pyinfra shows a command's stderr with -v (or when it fails)
+    run = _run(*_base_models(tmp_path), "-vvv")  # pyinfra shows command output with -vvv (or when it fails)
     assert run.returncode == 0, run.output[-4000:]
     assert "waiting up to 300s for the dpkg lock, held by" in run.output and "fcntl.lockf" in run.output
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("ii")
