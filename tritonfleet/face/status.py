@@ -77,6 +77,31 @@ def _expected(name: str, data: dict) -> dict[str, int]:
     return {p.name: p.http_port for p in cfg.triton.placements}
 
 
+def server_row(name: str, data: dict, server: str, c: dict | None, docker_error: str | None, port: str,
+               serving: bool, ready: list[str] | None) -> dict[str, Any]:
+    """A table row from what Docker says of the container (``c``, :func:`hostcontract.container_summary`;
+    None when Docker has none or does not answer) and what Triton answered."""
+    labels = c["labels"] if c else {}
+    if c is not None:
+        state = "restarting" if c["restarting"] else c["status"]
+        if c["restart_count"]:
+            state += f" ({c['restart_count']} restarts)"
+    elif docker_error:
+        state = f"docker not answering ({docker_error[:60]})"
+    else:
+        state = f"missing (expected {server})"
+    return {
+        "host": name, "server": server, "image": c["image"] if c else "?",
+        "devices": (",".join(d.removeprefix("/dev/") for d in c["devices"]) or labels.get(hc.LABEL_DEVICES)
+                    or "-") if c else "?",
+        "cores": labels.get(hc.LABEL_CORES) or "-", "state": state,
+        "uptime": _uptime(c["started_at"], c["running"]) if c else "-",
+        "ready_models": ", ".join(ready) if ready else ("-" if serving else "not answering"),
+        "endpoint": _endpoint(data, labels) if labels else f"http://{data.get('ssh_hostname', name)}:{port}",
+        "serving": serving and (c is None or not c["restarting"]),
+    }
+
+
 def host_status(name: str, data: dict, *, previous: bool = False) -> list[dict[str, Any]]:
     """One row per Triton server on the host (the ones Docker runs and the ones the inventory places
     there), or one row saying why there is none. Docker and Triton are both asked: a server can serve
@@ -105,25 +130,7 @@ def host_status(name: str, data: dict, *, previous: bool = False) -> list[dict[s
             port = port or str(expected.get(server, 8000))
             addr = bind if bind not in ("", "0.0.0.0", "::") else data.get("ssh_hostname", "127.0.0.1")
             serving, ready = _triton(session, addr, port, header)
-            if c is not None:
-                state = "restarting" if c["restarting"] else c["status"]
-                if c["restart_count"]:
-                    state += f" ({c['restart_count']} restarts)"
-            elif docker_error:
-                state = f"docker not answering ({docker_error[:60]})"
-            else:
-                state = f"missing (expected {server})"
-            endpoint = _endpoint(data, labels) if labels else f"http://{data.get('ssh_hostname', name)}:{port}"
-            row = {
-                "host": name, "server": server, "image": c["image"] if c else "?",
-                "devices": (",".join(d.removeprefix("/dev/") for d in c["devices"]) or labels.get(hc.LABEL_DEVICES)
-                            or "-") if c else "?",
-                "cores": labels.get(hc.LABEL_CORES) or "-", "state": state,
-                "uptime": _uptime(c["started_at"], c["running"]) if c else "-",
-                "ready_models": ", ".join(ready) if ready else ("-" if serving else "not answering"),
-                "endpoint": endpoint,
-                "serving": serving and (c is None or not c["restarting"]),
-            }
+            row = server_row(name, data, server, c, docker_error, port, serving, ready)
             if previous:
                 row["previous"] = _previous(session, server)
             rows.append(row)
