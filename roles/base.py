@@ -8,6 +8,7 @@ from pyinfra.api import deploy
 from roles import platform
 from roles.context import config_for
 from roles.operations.files import managed_files, writable_dirs
+from roles.operations.system import hide_other_users_processes
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import Role, RoleSettings
 from tritonfleet.templating import render
@@ -19,6 +20,9 @@ class Settings(RoleSettings):
         "(AL2023's curl-minimal and gnupg2-minimal already provide curl and gpg)."))
     memlock_limit: str = Field("unlimited", description=(
         '/etc/security/limits.d memlock for all users ("unlimited" or KiB).'))
+    hide_processes: bool = Field(True, description=(
+        "Mount /proc with hidepid=invisible: local users see only their own processes, so Triton's command "
+        "line (it carries the repository secret) is visible to root only."))
 
     @field_validator("memlock_limit")
     @classmethod
@@ -36,6 +40,8 @@ def base() -> None:
     cfg = config_for()
     writable_dirs(name="tritonfleet directories writable", paths=[hc.STATE_DIR, hc.OPT_DIR])
     platform.install("Baseline packages", cfg.base.packages)
+    if cfg.base.hide_processes:
+        hide_other_users_processes(name="Other users' processes hidden (/proc hidepid)")
     managed_files(name="memlock limit", files={
         "/etc/security/limits.d/90-tritonfleet-memlock.conf": render("base/limits-memlock.conf.j2",
                                                                      limit=cfg.base.memlock_limit)})

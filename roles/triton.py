@@ -351,12 +351,11 @@ def triton() -> None:
         models_switch(name="Model repository (switched in)", staging=hc.MODELS_STAGING, live=cfg.models.dir,
                       previous=hc.MODELS_PREVIOUS)
     for p in host.loop(placements):
-        ops.triton_ready(name=f"Triton server {p.name} ready", container=p.name, url=p.local_url, models=[],
-                         timeout=t.health_timeout)
-        if t.model_control_mode == "explicit":
+        if t.model_control_mode == "explicit":  # the model gate waits for the server first
             ops.triton_models(name=f"Triton server {p.name} models", container=p.name, url=p.local_url,
                               models_dir=cfg.models.dir, previous=hc.MODELS_PREVIOUS, models=models,
-                              header=t.repository_header, secret=t.repository_secret)
+                              header=t.repository_header, secret=t.repository_secret,
+                              timeout=t.health_timeout)
         else:
             ops.triton_ready(name=f"Triton server {p.name} models ready", container=p.name, url=p.local_url,
                              models=models, timeout=t.health_timeout)

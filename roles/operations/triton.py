@@ -126,7 +126,7 @@ def triton_ready(container: str, url: str, models: list[str], timeout: int):
 
 @operation()
 def triton_models(container: str, url: str, models_dir: str, previous: str, models: list[str], header: str,
-                  secret: str | None):
+                  secret: str | None, timeout: int = 180):
     """
     Model gate of a running server in explicit model-control mode: load the models whose files changed
     since the server loaded them (or that are not ready), unload models that left the repository, and
@@ -140,6 +140,7 @@ def triton_models(container: str, url: str, models_dir: str, previous: str, mode
     + models: models that must be ready
     + header: the restricted-API header name
     + secret: its value
+    + timeout: seconds to wait for the server itself to be ready (after a reboot, say)
     """
     if not executing():
         return
@@ -154,5 +155,5 @@ def triton_models(container: str, url: str, models_dir: str, previous: str, mode
     if host.get_fact(CommandSucceeds, command=" && ".join(f"( {c} )" for c in checks)):
         host.noop(f"{container}: {len(models)} models loaded and ready")
         return
-    yield script("triton-models.sh", container, url, models_dir, stamps, previous, *models,
+    yield script("triton-models.sh", container, url, int(timeout), models_dir, stamps, previous, *models,
                  stdin=f"{header}: {secret or ''}\n")

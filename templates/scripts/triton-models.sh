@@ -5,11 +5,14 @@
 # A model that fails to load is put back as it was before the last switch (PREVIOUS) and loaded again,
 # or, if it is new, taken out of the live repository, so a restart never meets the broken files.
 # The restricted-API header line ("name: value") comes on stdin, never as an argument.
-# usage: triton-models.sh CONTAINER URL MODELS_DIR STAMP_DIR PREVIOUS MODEL...
+# The server itself must be ready first (it may be starting after a reboot): waited for up to TIMEOUT.
+# usage: triton-models.sh CONTAINER URL TIMEOUT MODELS_DIR STAMP_DIR PREVIOUS MODEL...
 set -u
-name=$1 url=$2 dir=$3 stamps=$4 previous=$5
-shift 5
+name=$1 url=$2 timeout=$3 dir=$4 stamps=$5 previous=$6
+shift 6
 IFS= read -r hdr || true
+# include: lib-triton.sh
+tf_wait "$name" "$url" "$timeout" || exit 1
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 api() {  # api PATH: POST to the repository API; body in $tmp, HTTP status printed

@@ -167,3 +167,13 @@ def test_a_read_only_state_dir_is_one_line_naming_the_path(sandbox, tmp_path):
         assert "Traceback" not in run.output
     finally:
         ssh(HOST, "umount /var/lib/tritonfleet")
+
+
+def test_local_users_cannot_read_the_secret_from_tritons_command_line(repo):
+    """Triton takes the repository secret as an argument; /proc is mounted hidepid, so only root sees it."""
+    secret = fleet.load_state()["repository_secret"]
+    ssh(HOST, "id tfuser >/dev/null 2>&1 || useradd -M -s /bin/sh tfuser")
+    every_cmdline = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\\\0' ' '"
+    assert secret in ssh(HOST, every_cmdline).stdout  # root sees it: the check can fail
+    as_user = ssh(HOST, f"su -s /bin/sh tfuser -c {shlex.quote(every_cmdline)}; ps -u tfuser -o pid= >/dev/null").stdout
+    assert "tritonserver" not in as_user and secret not in as_user

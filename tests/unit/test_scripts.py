@@ -348,7 +348,11 @@ TRITON_API = """\
     esac
 """
 STARTED_DOCKER = """\
-    [ "$1" = inspect ] && date -u -d @"$(cat "$STATE/started")" +%Y-%m-%dT%H:%M:%S.000000000Z
+    [ "$1" = inspect ] || exit 0
+    case "$3" in
+      *StartedAt*) date -u -d @"$(cat "$STATE/started")" +%Y-%m-%dT%H:%M:%S.000000000Z ;;
+      *) echo "running 0" ;;
+    esac
 """
 
 
@@ -367,7 +371,7 @@ def triton_api(tmp_path):
 
     def gate(*models: str):
         return subprocess.run(["sh", "-c", script_body("triton-models.sh"), "triton-models.sh", "triton",
-                               "http://127.0.0.1:8000", str(repo), str(tmp_path / "stamps"), str(tmp_path / "previous"),
+                               "http://127.0.0.1:8000", "5", str(repo), str(tmp_path / "stamps"), str(tmp_path / "previous"),
                                *models],
                               input="x-key: s3cret\n", capture_output=True, text=True, timeout=30,
                               env={**os.environ, **env})
