@@ -19,8 +19,6 @@ class _HostCache:
     def __init__(self) -> None:
         self.values: dict[tuple, Any] = {}
         self.reading = 0
-        self.reads = 0
-        self.hits = 0
 
 
 def install(state) -> None:
@@ -35,14 +33,12 @@ def install(state) -> None:
         def cached_get_fact(self, name_or_cls, *args, _get=get_fact, _cache=cache, **kwargs):
             key = (name_or_cls, repr(args), repr(sorted(kwargs.items())))
             if key in _cache.values:
-                _cache.hits += 1
                 return _cache.values[key]
             _cache.reading += 1
             try:
                 value = _get(name_or_cls, *args, **kwargs)
             finally:
                 _cache.reading -= 1
-            _cache.reads += 1
             _cache.values[key] = value
             return value
 
@@ -59,8 +55,3 @@ def install(state) -> None:
         host.run_shell_command = types.MethodType(changing_run, host)
         host.put_file = types.MethodType(changing_put, host)
 
-
-def stats(host) -> tuple[int, int]:
-    """(fact commands run, fact reads answered from the cache) for a host."""
-    cache = getattr(host, _MARK, None)
-    return (cache.reads, cache.hits) if cache else (0, 0)
