@@ -15,7 +15,7 @@ ARGS      ?=
 # Debian packages the sandbox fleet needs on the controller.
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync models serve sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -24,7 +24,7 @@ help: ## List targets and their variables
 	@echo "Variables:"
 	@echo "  HOSTS=$(HOSTS)           number of sandbox hosts (sandbox-up)"
 	@echo "  TYPES=$(TYPES)   instance type per host, comma separated (sandbox-up, demo)"
-	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (status)"
+	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (serve, models, status)"
 	@echo "  PREVIOUS=1           status: also show what a rollback would return to"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
 	@echo "  ARGS=...             arguments passed through (gen-model)"
@@ -81,6 +81,12 @@ sandbox-down: setup ## Tear the sandbox fleet down, leaving no trace
 
 sandbox-status: setup ## Show the sandbox fleet
 	$(TF) sandbox status
+
+serve: setup ## Provision and serve INVENTORY (deploys/serve.py)
+	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
+
+models: setup ## Update INVENTORY's model repositories from S3, reloading changed models live (deploys/models.py)
+	$(PYINFRA) -y $(INVENTORY) deploys/models.py
 
 status: setup ## Table of every host and Triton server in INVENTORY (PREVIOUS=1: rollback targets too)
 	$(TF) status --inventory $(INVENTORY) $(if $(PREVIOUS),--previous)

@@ -1,5 +1,13 @@
-"""Model repository on the host. Today: a copy of a controller-side directory (``models_source``);
-the S3 sync agent (host-side room) takes over with incremental, verified, atomic syncs."""
+"""The model repository on the host, from one of three places (README "Model repositories"):
+
+- **S3 sync** (``models_s3_uri``): the host agent (``tritonfleet-agent``, installed into
+  ``/opt/tritonfleet/venv`` from a wheelhouse built on the controller) mirrors the prefix into
+  ``models_dir/versions/<id>``, verified, and switches ``models_dir/current`` atomically; running servers
+  (explicit model control) then load only what changed, and a model that fails to load switches back.
+  Containers mount ``models_dir`` and read ``/models/current``, so a switch needs no restart.
+- **S3 direct** (``models_s3_direct``): Triton reads ``s3://`` itself; nothing is kept on disk.
+- **Controller copy** (``models_source``): a directory on the controller, copied and switched in.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +19,20 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles.context import config_for
-from roles.operations.files import sync_tree
-from roles.operations.models import models_switch
+from roles.facts.models import AgentState
+from roles.operations.files import secret_file, sync_tree
+from roles.operations.models import agent_install, model_sync, models_switch
 from tritonfleet import hostcontract as hc
-from tritonfleet.config import FieldProblem, HostConfig, Role, RoleSettings, http_url, matching
+from tritonfleet import wheelhouse
+from tritonfleet.config import (
+    DEFAULT_IMDS,
+    FieldProblem,
+    HostConfig,
+    Role,
+    RoleSettings,
+    http_url,
+    matching,
+)
 
 _S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$"
 _REGION = r"^[a-z]{2}(-[a-z]+)+-\d+$"
@@ -24,10 +42,19 @@ class Settings(RoleSettings):
     source: str | None = Field(None, description=(
         "Controller-side model repository to copy to the host (None: leave models_dir as it is)."))
     dir: str = Field("/opt/tritonfleet/models", description=(
-        "Model repository on the host, mounted read-only into every Triton container at /models."))
+        "Model repository on the host, mounted read-only into every Triton container at /models (with S3 "
+        "sync: the root of current/ and versions/)."))
     s3_uri: str | None = Field(None, description="s3://bucket/prefix of the model repository (S3 sync).")
     s3_endpoint: str | None = Field(None, description="S3 endpoint URL; None = AWS's for the region.")
     s3_region: str | None = Field(None, description="S3 region, e.g. us-east-1; None = the host's default.")
+    s3_concurrency: int = Field(16, ge=1, le=256, description="Parallel GET requests of a sync.")
+    s3_keep: int = Field(3, ge=2, le=100, description=(
+        "Versions kept on the host, the current one included (at least 2: the previous one is what a "
+        "failed reload switches back to)."))
+    s3_direct: bool = Field(False, description=(
+        "Triton reads models_s3_uri itself (no copy on disk; a full download on every start; see README)."))
+    agent_python: str = Field("python3", description=(
+        "Host interpreter (3.9 to 3.12) the S3 agent's venv is made with, e.g. python3.11 on Amazon Linux."))
 
     @field_validator("dir")
     @classmethod
@@ -38,6 +65,8 @@ class Settings(RoleSettings):
 
     _uri = field_validator("s3_uri")(matching(_S3_URI, "expected s3://bucket/prefix"))
     _region = field_validator("s3_region")(matching(_REGION, "expected a region name like us-east-1"))
+    _python = field_validator("agent_python")(matching(r"^(/[\w./-]+|python3(\.\d+)?)$",
+                                                       "expected python3, python3.X or an absolute path"))
 
     _endpoint = field_validator("s3_endpoint")(lambda v: http_url(v))
 
@@ -50,28 +79,121 @@ def model_names(cfg: HostConfig) -> list[str]:
     return sorted(d for d in os.listdir(src) if os.path.isfile(os.path.join(src, d, "config.pbtxt")))
 
 
+def sync_mode(cfg: HostConfig) -> bool:
+    """Models come from S3 through the host agent."""
+    return bool(cfg.models.s3_uri) and not cfg.models.s3_direct
+
+
+def triton_s3_url(cfg: HostConfig) -> str:
+    """``models_s3_uri`` as Triton spells it: ``s3://bucket/prefix``, or with another endpoint
+    ``s3://http(s)://host:port/bucket/prefix``."""
+    m = cfg.models
+    if not m.s3_endpoint:
+        return m.s3_uri
+    return f"s3://{m.s3_endpoint.rstrip('/')}/{m.s3_uri.removeprefix('s3://')}"
+
+
+def container_repository(cfg: HostConfig) -> str:
+    """What Triton's ``--model-repository`` is inside the container."""
+    if cfg.models.s3_uri and cfg.models.s3_direct:
+        return triton_s3_url(cfg)
+    return hc.S3_REPOSITORY_IN_CONTAINER if sync_mode(cfg) else "/models"
+
+
 def _checks(cfg: HostConfig) -> None:
-    src = cfg.models.source
-    if src is not None and not os.path.isdir(src):
-        raise FieldProblem("models_source", src, "no such directory on the controller")
+    m = cfg.models
+    if m.source is not None and not os.path.isdir(m.source):
+        raise FieldProblem("models_source", m.source, "no such directory on the controller")
+    if m.source and m.s3_uri:
+        raise FieldProblem("models_source", m.source, "set models_source or models_s3_uri, not both")
+    if not m.s3_uri:
+        for key in ("s3_endpoint", "s3_region", "s3_direct"):
+            if getattr(m, key):
+                raise FieldProblem(f"models_{key}", getattr(m, key), "has no effect without models_s3_uri")
 
 
-ROLE = Role("models", Settings, "the model repository on the host", checks=_checks, order=60)
+def _host_checks(h, cfg: HostConfig) -> None:
+    """S3 sync: a host Python the agent supports, and the agent's wheelhouse (built on the controller)."""
+    if not sync_mode(cfg):
+        return
+    m = cfg.models
+    python = h.get_fact(AgentState, python=m.agent_python, venv=hc.AGENT_VENV)["python"]
+    if python not in wheelhouse.PYTHONS:
+        have = f"{m.agent_python} is {python}" if python else f"there is no {m.agent_python}"
+        raise FieldProblem("models_agent_python", m.agent_python,
+                           f"the S3 agent needs Python {wheelhouse.PYTHONS[0]} to {wheelhouse.PYTHONS[-1]} on the "
+                           f"host, and {have} (install one, e.g. python3.11, and set models_agent_python)")
+    try:
+        wheelhouse.build()
+    except (wheelhouse.WheelhouseError, OSError) as exc:
+        raise FieldProblem("models_s3_uri", m.s3_uri, f"the agent's wheelhouse cannot be built on this "
+                           f"controller: {exc}") from None
+
+
+ROLE = Role("models", Settings, "the model repository on the host (S3 sync, S3 direct or a controller copy)",
+            checks=_checks, order=60, host_checks=_host_checks)
+
+
+def sync_command(cfg: HostConfig) -> list[str]:
+    """The agent's command line: the source, the kept versions and the servers to reload."""
+    m, t = cfg.models, cfg.triton
+    cmd = [hc.AGENT, "sync", "--source", m.s3_uri, "--dest", m.dir, "--concurrency", str(m.s3_concurrency),
+           "--keep", str(m.s3_keep), "--timeout", str(t.health_timeout)]
+    if m.s3_endpoint:
+        cmd += ["--endpoint-url", m.s3_endpoint]
+    if m.s3_region:
+        cmd += ["--region", m.s3_region]
+    if t.model_control_mode == "explicit":  # poll mode reloads by itself; none cannot reload
+        for p in t.placements:
+            cmd += ["--server", f"{p.name}={p.local_url}"]
+        if repository_header(cfg):
+            cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
+    if cfg.imds_endpoint != DEFAULT_IMDS:  # credentials from the instance profile at another IMDS address
+        cmd = ["env", f"AWS_EC2_METADATA_SERVICE_ENDPOINT={cfg.imds_endpoint}", *cmd]
+    return cmd
+
+
+def repository_header(cfg: HostConfig) -> str | None:
+    """The ``name: value`` line the repository API needs, when it is restricted."""
+    t = cfg.triton
+    if t.repository_secret and "model-repository" in t.restricted_apis:
+        return f"{t.repository_header}: {t.repository_secret}\n"
+    return None
+
+
+def _s3_sync(cfg: HostConfig) -> None:
+    m = cfg.models
+    wh = wheelhouse.build()
+    if host.get_fact(AgentState, python=m.agent_python, venv=hc.AGENT_VENV)["installed"] != wh.digest:
+        sync_tree(name="Host agent wheelhouse", src=str(wh.path), dest=hc.WHEELHOUSE_DIR,
+                  exclude_suffixes=("DONE",))
+    agent_install(name=f"Host agent (tritonfleet-agent {wh.version})", python=m.agent_python,
+                  venv=hc.AGENT_VENV, wheelhouse=hc.WHEELHOUSE_DIR, digest=wh.digest, version=wh.version)
+    header = repository_header(cfg)
+    if header and cfg.triton.model_control_mode == "explicit":
+        secret_file(name="Triton repository API header (root only)", path=hc.REPOSITORY_HEADER_FILE,
+                    content=header)
+    model_sync(name=f"Model repository from {m.s3_uri}", command=sync_command(cfg))
 
 
 @deploy("Models")
 def models() -> None:
     cfg = config_for()
-    files.directory(name="Model repository directory", path=cfg.models.dir, mode="755")
-    if cfg.models.source:
+    m = cfg.models
+    if m.s3_uri and m.s3_direct:
+        host.noop(f"Triton reads {m.s3_uri} itself (models_s3_direct)")
+        return
+    files.directory(name="Model repository directory", path=m.dir, mode="755")
+    if m.s3_uri:
+        _s3_sync(cfg)
+    elif m.source:
         # A killed upload leaves a partial file in the staging copy only; the live repository is switched
         # from a complete copy, file by file with renames.
-        sync_tree(name="Model repository (staged from the controller)", src=cfg.models.source,
-                  dest=hc.MODELS_STAGING)
+        sync_tree(name="Model repository (staged from the controller)", src=m.source, dest=hc.MODELS_STAGING)
         # A new host's empty repository is filled now; a serving host's is switched by the triton role once
         # its containers pass their health gate, then each changed model is reloaded (and restored if it
         # fails), so a bad model never takes a server down.
-        models_switch(name="Model repository (first fill)", staging=hc.MODELS_STAGING, live=cfg.models.dir,
+        models_switch(name="Model repository (first fill)", staging=hc.MODELS_STAGING, live=m.dir,
                       previous=hc.MODELS_PREVIOUS, only_if_empty=True)
     else:
-        host.noop("models_source not set; the model repository is managed elsewhere")
+        host.noop("neither models_s3_uri nor models_source is set; the model repository is managed elsewhere")

@@ -3,7 +3,7 @@ before any operation is queued. Roles read :func:`roles.context.config_for`, nev
 
 Per host it reads two facts: the OS (``LinuxDistribution``, mapped to one supported
 :class:`~tritonfleet.platforms.Platform`) and, only when ``instance_type`` is not in the data, the
-instance type from IMDS. Every bad host is reported, one line each, and nothing runs on any host.
+instance type from IMDS; then the roles' ``host_checks`` (e.g. the host Python the S3 agent needs). Every bad host is reported, one line each, and nothing runs on any host.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from roles import all_roles, context
 from roles.context import config_for
 from roles.facts import cache as fact_cache
 from roles.facts.system import ImdsInstanceType
-from tritonfleet.config import DEFAULT_IMDS, MISSING, ConfigError, HostConfig, load_host_config
+from tritonfleet.config import DEFAULT_IMDS, MISSING, ConfigError, FieldProblem, HostConfig, load_host_config
 from tritonfleet.platforms import UnsupportedPlatform, from_distribution
 
 __all__ = ["PreflightError", "config_for", "preflight", "validate_all"]
@@ -41,6 +41,16 @@ def _platform(h, cfg: HostConfig) -> HostConfig:
         return replace(cfg, platform=from_distribution(h.get_fact(LinuxDistribution)))
     except UnsupportedPlatform as exc:
         raise ConfigError(h.name, "platform", MISSING, str(exc)) from None
+
+
+def _host_checks(h, cfg: HostConfig, roles) -> HostConfig:
+    for role in roles:
+        if role.host_checks is not None:
+            try:
+                role.host_checks(h, cfg)
+            except FieldProblem as exc:
+                raise ConfigError(h.name, exc.field, exc.value, exc.message) from None
+    return cfg
 
 
 def _each(hosts, check) -> tuple[dict, list[str]]:
@@ -73,6 +83,8 @@ def validate_all(state=None) -> dict[str, HostConfig]:
                 if role.on_connect is not None:
                     role.on_connect(h, configs[h.name])
         configs, errors = _each(hosts, lambda h: _platform(h, configs[h.name]))
+    if not errors:
+        configs, errors = _each(hosts, lambda h: _host_checks(h, configs[h.name], roles))
     if errors:
         raise PreflightError("preflight failed, nothing was changed:\n  " + "\n  ".join(errors))
     context.store(state, configs)

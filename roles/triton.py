@@ -24,9 +24,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
+from roles import models as models_role
 from roles import platform
 from roles.context import config_for
-from roles.models import model_names as repository_models
 from roles.neuron import REPO_ID as NEURON_REPO
 from roles.neuron import dkms_pin
 from roles.operations import triton as ops
@@ -35,6 +35,7 @@ from roles.operations.models import models_switch
 from tritonfleet import compat
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
+    DEFAULT_IMDS,
     MISSING,
     FieldProblem,
     HostConfig,
@@ -243,7 +244,7 @@ def image_ref(cfg: HostConfig, key_file: str = f"{NEURON_REPO}-archive-keyring.g
 
 def model_names(cfg: HostConfig) -> list[str]:
     """Models the health gate waits for: the configured list, else the repository's model directories."""
-    return list(cfg.triton.models) or repository_models(cfg)
+    return list(cfg.triton.models) or models_role.model_names(cfg)
 
 
 def run_args(cfg: HostConfig, p: Placement) -> list[str]:
@@ -258,7 +259,13 @@ def run_args(cfg: HostConfig, p: Placement) -> list[str]:
              "--shm-size", t.shm_size]
     if cfg.instance.is_neuron and t.udev_mount:
         args += ["-v", "/lib/udev:/mylib/udev:ro"]
-    args += ["-v", f"{cfg.models.dir}:/models:ro"]
+    if cfg.models.s3_uri and cfg.models.s3_direct:  # Triton reads S3 itself: a region, credentials from IMDS
+        if cfg.models.s3_region:
+            args += ["-e", f"AWS_DEFAULT_REGION={cfg.models.s3_region}"]
+        if cfg.imds_endpoint != DEFAULT_IMDS:
+            args += ["-e", f"AWS_EC2_METADATA_SERVICE_ENDPOINT={cfg.imds_endpoint}"]
+    else:  # with S3 sync the root of current/ and versions/: a mount of the link itself would pin its target
+        args += ["-v", f"{cfg.models.dir}:/models:ro"]
     if p.visible_cores is not None:
         args += ["-e", f"NEURON_RT_VISIBLE_CORES={p.visible_cores}"]
     if cfg.instance.is_neuron:
@@ -277,7 +284,8 @@ def run_args(cfg: HostConfig, p: Placement) -> list[str]:
 
 def server_command(cfg: HostConfig, p: Placement) -> list[str]:
     t: Settings = cfg.triton
-    cmd = ["tritonserver", "--model-repository=/models", f"--model-control-mode={t.model_control_mode}"]
+    cmd = ["tritonserver", f"--model-repository={models_role.container_repository(cfg)}",
+           f"--model-control-mode={t.model_control_mode}"]
     if t.model_control_mode == "explicit":
         cmd += [f"--load-model={m}" for m in (t.models or ["*"])]
     if t.repository_secret and t.restricted_apis:
@@ -351,7 +359,8 @@ def triton() -> None:
         models_switch(name="Model repository (switched in)", staging=hc.MODELS_STAGING, live=cfg.models.dir,
                       previous=hc.MODELS_PREVIOUS)
     for p in host.loop(placements):
-        if t.model_control_mode == "explicit":  # the model gate waits for the server first
+        # with S3 the agent (models role) loads what changed and switches back when a model fails
+        if t.model_control_mode == "explicit" and not cfg.models.s3_uri:  # waits for the server first
             ops.triton_models(name=f"Triton server {p.name} models", container=p.name, url=p.local_url,
                               models_dir=cfg.models.dir, previous=hc.MODELS_PREVIOUS, models=models,
                               header=t.repository_header, secret=t.repository_secret,

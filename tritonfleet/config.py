@@ -104,7 +104,9 @@ class Role:
     ``checks(cfg)`` sees the whole :class:`HostConfig` (every role's settings, the instance type, the
     platform) and raises :class:`FieldProblem`. ``on_connect(host, cfg)`` is called by preflight for
     every host once its data is valid, before anything else is asked of the host (e.g. to tune the
-    connection). ``order`` sorts roles in documentation and checks.
+    connection). ``host_checks(host, cfg)`` is called by preflight once every host's data and OS are
+    known, for checks that need a fact of the host; it raises :class:`FieldProblem` too. ``order`` sorts
+    roles in documentation and checks.
     """
 
     name: str
@@ -113,6 +115,7 @@ class Role:
     checks: Callable[[HostConfig], None] | None = None
     order: int = 50
     on_connect: Callable[[Any, HostConfig], None] | None = None
+    host_checks: Callable[[Any, HostConfig], None] | None = None
 
     def keys(self) -> list[str]:
         return [f"{self.name}_{f}" for f in self.settings.model_fields]

@@ -31,6 +31,15 @@ MODELS_STAGING = f"{STATE_DIR}/models-staging"
 #: The live repository as it was before the last switch (hard links), to restore a model that fails.
 MODELS_PREVIOUS = f"{STATE_DIR}/models-previous"
 
+#: The host agent (``tritonfleet-agent``): its venv and the wheelhouse it is installed from.
+AGENT_VENV = f"{OPT_DIR}/venv"
+AGENT = f"{AGENT_VENV}/bin/tritonfleet-agent"
+WHEELHOUSE_DIR = f"{OPT_DIR}/wheelhouse"
+#: The restricted-API header line ("name: value") the agent reloads models with; root-only (0600).
+REPOSITORY_HEADER_FILE = "/etc/tritonfleet/repository-header"
+#: With models from S3, Triton reads the version ``current`` points at (the models dir is mounted at /models).
+S3_REPOSITORY_IN_CONTAINER = "/models/current"
+
 #: Default header guarding Triton's restricted APIs. Lowercase: gRPC metadata keys are lowercase and
 #: Triton compares them exactly (gRPC clients send "triton-grpc-protocol-<header>").
 REPOSITORY_HEADER = "x-tritonfleet-repository-key"

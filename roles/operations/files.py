@@ -15,6 +15,7 @@ from pyinfra.api import FileUploadCommand, StringCommand, operation
 
 from roles.facts.files import FileDigests, TreeDigests
 from roles.facts.system import CommandSucceeds
+from roles.operations.common import script
 
 
 def _digest(data: bytes) -> str:
@@ -81,6 +82,22 @@ def sync_tree(src: str, dest: str, exclude_dirs: tuple[str, ...] = ("__pycache__
     if delete:
         yield StringCommand("rm -f " + " ".join(q(posixpath.join(dest, p)) for p in delete)
                             + f" && find {q(dest)} -mindepth 1 -depth -type d -empty -delete")
+
+
+@operation()
+def secret_file(path: str, content: str):
+    """
+    A root-only (0600) file holding a secret: written from standard input, never from an argument, under a
+    temporary name made 0600 first (``templates/scripts/secret-file.sh``).
+
+    + path: remote path
+    + content: the file's text (the secret)
+    """
+    have = host.get_fact(FileDigests, paths=(path,))
+    if have.get(path) == (_digest(content.encode()), "600"):
+        host.noop(f"{path} up to date")
+        return
+    yield script("secret-file.sh", path, stdin=content)
 
 
 @operation()

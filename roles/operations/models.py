@@ -1,4 +1,5 @@
-"""The live model repository, switched from a complete staged copy one atomic rename per file."""
+"""The model repository on the host: a controller copy switched in one atomic rename per file, or the S3
+sync of the host agent (installed from the controller's wheelhouse)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
+from roles.facts.models import AgentState, ModelSyncPlan
 from roles.facts.system import CommandSucceeds
 from roles.operations.common import script
 
@@ -32,3 +34,41 @@ def models_switch(staging: str, live: str, previous: str, only_if_empty: bool = 
         host.noop(f"{live} matches {staging}" if not only_if_empty else f"{live} is filled")
         return
     yield script("models-switch.sh", staging, live, previous, int(only_if_empty))
+
+
+@operation()
+def agent_install(python: str, venv: str, wheelhouse: str, digest: str, version: str):
+    """
+    Install the host agent into ``venv`` from the wheelhouse uploaded to ``wheelhouse``, offline
+    (``templates/scripts/agent-install.sh``), unless ``venv`` was installed from this very wheelhouse.
+
+    + python: the host interpreter the venv is made with
+    + venv: e.g. /opt/tritonfleet/venv
+    + wheelhouse: directory of the uploaded wheels
+    + digest: the wheelhouse's content hash (stamped into the venv)
+    + version: the tritonfleet-agent version in it
+    """
+    state = host.get_fact(AgentState, python=python, venv=venv)
+    if state["installed"] == digest:
+        host.noop(f"tritonfleet-agent {version} installed in {venv}")
+        return
+    yield script("agent-install.sh", python, venv, wheelhouse, digest, version)
+
+
+@operation()
+def model_sync(command: list[str]):
+    """
+    Sync the model repository from S3 with the host agent (download, verify, switch ``current``, reload
+    the servers it names), when its dry run says there is something to do: a change in S3 or a reload a
+    killed run owes. A no-op run asks S3 for a listing only (no GET).
+
+    + command: the agent's ``sync`` command line, without --dry-run/--json
+    """
+    line = " ".join(shlex.quote(c) for c in command)
+    plan = host.get_fact(ModelSyncPlan, command=line)
+    files = plan.get("files") or {}
+    if plan.get("status") == "dry-run" and plan.get("version") and not any(files.values()) \
+            and not (plan.get("reload") or {}).get("pending"):
+        host.noop(f"model repository is {plan['version']} ({plan.get('unchanged', 0)} files), as in S3")
+        return
+    yield line

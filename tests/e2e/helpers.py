@@ -42,6 +42,10 @@ def _totals(text: str) -> dict[str, int]:
     return dict(zip(("operations", "changed", "errors", "no_change"), vals, strict=True))
 
 
+#: Host data for a controller-copy model repository (``models_source``) instead of the sandbox's S3.
+COPY_MODE = {"models_s3_uri": None, "models_s3_endpoint": None, "models_s3_region": None}
+
+
 def write_inventory(tmp: Path, names: list[str], extra: dict | None = None, per_host: dict | None = None) -> Path:
     """An inventory file with sandbox hosts ``names`` (data from the sandbox inventory plus overrides)."""
     hosts = []

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import COPY_MODE, host_ip, pyinfra, ssh, write_inventory
 from tests.e2e.test_01_sandbox import _check_add_sub
 from tritonfleet.sandbox import fleet
 
@@ -29,14 +29,14 @@ def repo(sandbox, tmp_path_factory):
     base = tmp_path_factory.mktemp("faults")
     models = base / "models"
     shutil.copytree(SAMPLES, models)
-    inv = write_inventory(base, [HOST], extra={"models_source": str(models)})
+    inv = write_inventory(base, [HOST], extra={"models_source": str(models), **COPY_MODE})
     run = pyinfra(inv, "deploys/serve.py")
     assert run.returncode == 0, run.output[-5000:]
     return base, models
 
 
 def _run(base, models, *args, **extra):
-    inv = write_inventory(base, [HOST], extra={"models_source": str(models), **extra})
+    inv = write_inventory(base, [HOST], extra={"models_source": str(models), **COPY_MODE, **extra})
     return pyinfra(inv, *args, "deploys/serve.py")
 
 
@@ -106,7 +106,7 @@ def test_status_asks_docker_and_triton(repo):
     from tritonfleet.face.status import fleet_status
 
     base, models = repo
-    inv = write_inventory(base, [HOST], extra={"models_source": str(models)})
+    inv = write_inventory(base, [HOST], extra={"models_source": str(models), **COPY_MODE})
     ssh(HOST, "systemctl stop docker.socket docker.service")
     try:
         (row,) = fleet_status(inv)

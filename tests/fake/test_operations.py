@@ -29,7 +29,7 @@ from pyinfra.context import ctx_host, ctx_state
 CASES = Path(__file__).parent / "operations"
 ROOT = Path(__file__).resolve().parents[2]
 FACT_MODULES = ("roles.facts.system", "roles.facts.packages", "roles.facts.docker", "roles.facts.accelerators",
-                "roles.facts.files")
+                "roles.facts.files", "roles.facts.models")
 
 
 def _fact_class(name: str):

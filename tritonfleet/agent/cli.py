@@ -15,6 +15,8 @@ import time
 from dataclasses import asdict
 from urllib.parse import urlsplit
 
+from .live import Live, Server, read_header
+from .manifest import SyncError
 from .sync import Options, Progress, Result, parse_source, run
 
 PROG = "tritonfleet-agent"
@@ -57,6 +59,15 @@ def _region(text: str) -> str:
     return text
 
 
+def _server(text: str) -> Server:
+    name, sep, url = text.partition("=")
+    parts = urlsplit(url)
+    if not sep or not re.match(r"^[A-Za-z0-9_.-]+$", name) or parts.scheme not in ("http", "https") \
+            or not parts.netloc or parts.username or parts.password:
+        raise argparse.ArgumentTypeError(f"expected NAME=http://HOST:PORT, got {text!r}")
+    return Server(name, url.rstrip("/"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Host-side agent of tritonfleet.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -80,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--dry-run", action="store_true", help="report what would change, download nothing")
     sync.add_argument("--no-fsync", action="store_true", help="skip the fsyncs")
     sync.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    sync.add_argument("--server", action="append", default=[], type=_server, metavar="NAME=URL",
+                      help="a Triton server (explicit model control) to reload after the switch; repeatable")
+    sync.add_argument("--header-file", metavar="FILE",
+                      help="the restricted-API header for the servers, one line 'name: value' (mode 0600)")
+    sync.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
+                      help="seconds to wait for a server to be ready, and for each model load (default 180)")
     sync.set_defaults(run=_sync, parser=sync)
     return parser
 
@@ -145,6 +162,14 @@ def summary(r: Result) -> str:
         tail += f"; pruned {len(r.pruned)} old version{'s' if len(r.pruned) > 1 else ''}"
     if r.unverified:
         tail += f"; {len(r.unverified)} checked by size only (no md5 ETag or checksum)"
+    reload = r.reload or {}
+    if reload.get("loaded") or reload.get("unloaded"):
+        tail += (f"; reloaded on {', '.join(reload['servers'])}: {len(reload['loaded'])} loaded, "
+                 f"{len(reload['unloaded'])} unloaded")
+    if reload.get("skipped"):
+        tail += f"; not running (they load it when they start): {', '.join(reload['skipped'])}"
+    if r.status == "dry-run" and reload.get("pending"):
+        tail += "; a reload of the servers is pending"
     if r.status == "unchanged":
         return f"no changes: {r.version} ({r.unchanged} files) in {r.seconds:.1f} s{tail}"
     if r.status == "dry-run":
@@ -163,9 +188,17 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                    region=args.region, path_style=args.path_style, concurrency=args.concurrency, keep=args.keep,
                    retries=args.retries, allow_empty=args.allow_empty, dry_run=args.dry_run,
                    durable=not args.no_fsync)
+    live = None
+    if args.server:
+        try:
+            header = read_header(args.header_file) if args.header_file else None
+        except SyncError as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return 1
+        live = Live(args.server, header, args.timeout)
     line = _Line(sys.stderr) if not args.json and sys.stderr.isatty() else None
     try:
-        result = run(opts, line)
+        result = run(opts, line, live)
     except KeyboardInterrupt:
         result = Result(error="interrupted")
     if line:

@@ -98,11 +98,12 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from s3transfer.subscribers import BaseSubscriber
 
 from .layout import Repo, Staging
+from .live import Live
 from .manifest import Entry, SyncError, check_paths, diff, key_to_path, model_changes
 from .verify import EMPTY_MD5, checksum_matches, etag_parts, full_object_checksum, hash_file, uniform_parts
 
@@ -159,6 +160,7 @@ class Result:
     unverified: list[str] = field(default_factory=list)  # paths checked by size only
     pruned: list[str] = field(default_factory=list)
     requests: dict[str, int] = field(default_factory=dict)
+    reload: dict | None = None  # with servers: what the live reload did (live.Outcome)
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
@@ -244,14 +246,15 @@ def describe(exc: BaseException) -> str:
     return text if isinstance(exc, SyncError) else f"{name}: {text}"
 
 
-def run(opts: Options, progress: Progress | None = None) -> Result:
-    """Sync once; the result says how it went (``status`` "failed" and ``error`` when it did not)."""
+def run(opts: Options, progress: Progress | None = None, live: Live | None = None) -> Result:
+    """Sync once (then reload the servers ``live`` knows, see ``live.py``); the result says how it went
+    (``status`` "failed" and ``error`` when it did not)."""
     started = time.monotonic()
     result = Result()
     remote = None
     try:
         remote = Remote(make_client(opts))
-        _sync(opts, remote, progress or Progress(), result)
+        _sync(opts, remote, progress or Progress(), result, live)
     except Exception as exc:  # one line for the caller, whatever went wrong
         result.status = "failed"
         result.error = describe(exc)
@@ -259,13 +262,16 @@ def run(opts: Options, progress: Progress | None = None) -> Result:
         result.seconds = round(time.monotonic() - started, 3)
         if remote:
             result.requests = dict(sorted(remote.requests.items()))
+        if live:
+            result.reload = asdict(live.outcome)
     return result
 
 
-def _sync(opts: Options, remote: Remote, progress: Progress, result: Result) -> None:
+def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, live: Live | None) -> None:
     repo = Repo(opts.dest)
     with repo.locked():
         current = result.previous = repo.current()
+        served = live.served(repo, current) if live else current
         old: dict[str, Entry] = {}
         if current:
             try:
@@ -285,10 +291,14 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result) -> 
         if opts.dry_run:
             result.status, result.version = "dry-run", current
             result.bytes = sum(new[p].size for p in d.added + d.changed)
+            if live:
+                live.outcome.pending = served != current
             return
         stale = repo.stale_staging()
         if current and d.empty:
             result.status, result.version = "unchanged", current
+            if live and served != current:  # a reload a killed run owes
+                live.before_switch(repo, served)
         else:
             result.version = _older_twin(repo, current, new)
             if result.version:
@@ -297,7 +307,15 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result) -> 
                 result.version = _build(opts, repo, remote, progress, result, current, old, new, stale)
                 result.status = "synced"
                 stale = []  # _build has used and removed them
+            if live:
+                live.before_switch(repo, served)
             repo.switch(result.version, opts.durable)
+        if live:
+            try:
+                live.after_switch(repo, served, result.version)
+            except SyncError:
+                result.version = repo.current()
+                raise
         for s in stale:
             repo.remove(os.path.basename(s.root))
         result.pruned = repo.prune(opts.keep)

@@ -31,6 +31,9 @@ TOKEN_HEADER = "X-aws-ec2-metadata-token"
 MAX_TTL = 21600
 ACCOUNT_ID = "123456789012"
 AMI_ID = "ami-0sandbox0000000000"
+#: The instance profile's role: its temporary credentials are what the sandbox's S3 (moto) accepts, as an
+#: instance profile's are on EC2. Fake values, fresh per request, valid for six hours.
+INSTANCE_ROLE = "tritonfleet-sandbox-host"
 
 
 class HostsFile:
@@ -97,8 +100,20 @@ def metadata(host: dict, ip: str) -> dict[str, str | Callable[[], str]]:
             indent=2,
         )
 
+    def credentials() -> str:
+        now = datetime.now(timezone.utc)
+        return json.dumps({
+            "Code": "Success", "LastUpdated": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "Type": "AWS-HMAC",
+            "AccessKeyId": "ASIA" + secrets.token_hex(8).upper(), "SecretAccessKey": secrets.token_urlsafe(30),
+            "Token": secrets.token_urlsafe(64),
+            "Expiration": datetime.fromtimestamp(now.timestamp() + 6 * 3600, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }, indent=2)
+
     return {
         "meta-data/ami-id": AMI_ID,
+        "meta-data/iam/info": json.dumps({"Code": "Success", "InstanceProfileArn":
+                                          f"arn:aws:iam::{ACCOUNT_ID}:instance-profile/{INSTANCE_ROLE}"}),
+        f"meta-data/iam/security-credentials/{INSTANCE_ROLE}": credentials,
         "meta-data/hostname": hostname,
         "meta-data/instance-id": iid,
         "meta-data/instance-type": itype,

@@ -20,13 +20,12 @@ def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
         "ssh_known_hosts_file": str(layout.known_hosts_path()),
         "ssh_strict_host_key_checking": "yes",
         "imds_endpoint": f"http://{layout.BRIDGE_IP}:{layout.IMDS_PORT}",
-        # the models role's keys (where its S3 model repository is)
+        # the models role's keys: the sandbox serves the sample repository it seeds into its S3 (moto)
         "models_s3_endpoint": layout.s3_endpoint(),
         "models_s3_region": layout.S3_REGION,
         "models_s3_uri": f"s3://{layout.S3_BUCKET}/{layout.S3_PREFIX}",
         "triton_image_source": "archive",
         "triton_repository_secret": state.get("repository_secret"),
-        "models_source": str(layout.SAMPLES),
         "triton_image": "tritonfleet-sandbox/tritonserver:2.51.0-sandbox",
         "triton_image_archive": "/srv/images/tritonserver-2.51.0-sandbox.tar",
     }

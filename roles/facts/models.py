@@ -1,0 +1,48 @@
+"""The host agent and the S3 model repository: what is installed, and what a sync would do."""
+
+from __future__ import annotations
+
+import json
+from shlex import quote
+
+from pyinfra.api import FactBase
+
+
+class AgentState(FactBase[dict]):
+    """``{"python": "3.11" | None, "installed": <wheelhouse digest> | None}``: the host Python the agent
+    runs on and the wheelhouse its venv was installed from."""
+
+    @staticmethod
+    def default() -> dict:
+        return {"python": None, "installed": None}
+
+    def command(self, python: str, venv: str) -> str:
+        py = quote(python)
+        return (f"command -v {py} >/dev/null && {py} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' "
+                f"2>/dev/null || echo none; cat {quote(venv)}/.wheelhouse 2>/dev/null || echo none")
+
+    def process(self, output: list[str]) -> dict:
+        lines = [line.strip() for line in output] + ["none", "none"]
+        return {"python": None if lines[0] == "none" else lines[0],
+                "installed": None if lines[1] == "none" else lines[1]}
+
+
+class ModelSyncPlan(FactBase[dict]):
+    """What ``tritonfleet-agent sync --dry-run --json`` says (``{}`` when the agent cannot say: not
+    installed yet, S3 unreachable; the sync itself then reports why)."""
+
+    @staticmethod
+    def default() -> dict:
+        return {}
+
+    def command(self, command: str) -> str:
+        return f"{command} --dry-run --json 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict:
+        for line in reversed(output):
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    return {}
+        return {}

@@ -1,0 +1,177 @@
+"""Model repositories from S3 on a sandbox host, asserted from outside (tritonclient, docker inspect over
+SSH, the S3 server's request log): serve from the bucket, update it live under load without touching the
+container, a no-op re-run with no GET, and a broken model that fails the run while the old one serves."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+
+import boto3
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.e2e.helpers import assert_noop, host_ip, pyinfra, ssh, write_inventory
+from tritonfleet.sandbox import fleet
+from tritonfleet.sandbox.layout import logs_dir
+
+HOST = "scratch"
+ADD_SUB = (fleet.SAMPLES / "add_sub/1/model.py").read_text()
+CONFIG = (fleet.SAMPLES / "add_sub/config.pbtxt").read_text()
+V2 = ADD_SUB.replace("(in0 + in1)", "(in0 + in1 + 100)")
+BROKEN = ADD_SUB.replace("class TritonPythonModel:", "class TritonPythonModel:\n    def initialize(self, args):\n"
+                         "        raise RuntimeError('tritonfleet-e2e: broken on purpose')\n")
+
+
+def _client():
+    return boto3.client("s3", endpoint_url=fleet.s3_endpoint(), region_name=fleet.S3_REGION,
+                        aws_access_key_id="sandbox", aws_secret_access_key="sandbox")
+
+
+def _model(name: str, code: str = ADD_SUB) -> dict[str, str]:
+    config = re.sub(r'name:\s*"add_sub"', f'name: "{name}"', CONFIG)
+    return {f"{name}/config.pbtxt": config, f"{name}/1/model.py": code}
+
+
+def _set(s3, prefix: str, tree: dict[str, str]) -> None:
+    """Make the prefix hold exactly ``tree`` (puts what differs, deletes the rest)."""
+    have = {o["Key"][len(prefix):]: o for o in s3.list_objects_v2(Bucket=fleet.S3_BUCKET, Prefix=prefix).get("Contents", [])}
+    for path, text in tree.items():
+        s3.put_object(Bucket=fleet.S3_BUCKET, Key=prefix + path, Body=text.encode())
+    for path in set(have) - set(tree):
+        s3.delete_object(Bucket=fleet.S3_BUCKET, Key=prefix + path)
+
+
+def _infer(client, model: str):
+    a, b = np.full((1, 4), 2, np.float32), np.full((1, 4), 1, np.float32)
+    inputs = [httpclient.InferInput("INPUT0", a.shape, "FP32"), httpclient.InferInput("INPUT1", b.shape, "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    return client.infer(model, inputs).as_numpy("OUTPUT0")[0][0]
+
+
+def _object_gets(offset: int) -> list[str]:
+    """Object GETs (not listings) by the host in the S3 server's log after byte ``offset``."""
+    with open(logs_dir() / "s3.log", "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    ip = re.escape(host_ip(HOST))
+    return re.findall(rf'^{ip} .*"(?:GET|HEAD) (/{fleet.S3_BUCKET}/[^ ?]+) HTTP', text, re.M)
+
+
+def _log_size() -> int:
+    return (logs_dir() / "s3.log").stat().st_size
+
+
+def _container() -> dict:
+    c = json.loads(ssh(HOST, "docker inspect triton").stdout)[0]
+    return {"id": c["Id"], "started": c["State"]["StartedAt"]}
+
+
+class Load:
+    """One client thread at ~60 requests per second to a model, bounded in count and time."""
+
+    def __init__(self, model: str, rate: float = 60, max_requests: int = 12000, max_seconds: float = 240) -> None:
+        self.model, self.rate, self.max_requests, self.max_seconds = model, rate, max_requests, max_seconds
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000", connection_timeout=5, network_timeout=5)
+        self.started = time.monotonic()
+        n = 0
+        while not self._stop.is_set() and n < self.max_requests and time.monotonic() - self.started < self.max_seconds:
+            n += 1
+            try:
+                assert _infer(client, self.model) == 3.0
+                self.ok += 1
+            except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+                self.failures.append(f"{type(exc).__name__}: {exc}"[:200])
+            time.sleep(max(0.0, self.started + n / self.rate - time.monotonic()))
+        self.seconds = time.monotonic() - self.started
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        time.sleep(1)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep(1)
+        self._stop.set()
+        self._thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def live(sandbox, tmp_path_factory):
+    """A bare host serving v1 of a repository in its own prefix of the sandbox bucket."""
+    fleet.reset_host(HOST)
+    s3 = _client()
+    prefix = f"e2e-live-{uuid.uuid4().hex[:8]}/"
+    _set(s3, prefix, {**_model("add_sub"), **_model("steady"), **_model("leaving")})
+    base = tmp_path_factory.mktemp("live")
+    inv = write_inventory(base, [HOST], extra={"models_s3_uri": f"s3://{fleet.S3_BUCKET}/{prefix.rstrip('/')}"})
+    run = pyinfra(inv, "deploys/serve.py")
+    assert run.returncode == 0, run.output[-5000:]
+    yield s3, prefix, inv
+    _set(s3, prefix, {})
+
+
+def test_serves_the_repository_from_the_bucket(live):
+    client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000")
+    for model in ("add_sub", "steady", "leaving"):
+        assert client.is_model_ready(model), model
+    assert _infer(client, "add_sub") == 3.0
+    assert ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.startswith("versions/")
+    assert ssh(HOST, "stat -c %a /etc/tritonfleet/repository-header").stdout.strip() == "600"
+
+
+def test_an_update_is_loaded_live_under_load_without_touching_the_container(live):
+    s3, prefix, inv = live
+    before = _container()
+    _set(s3, prefix, {**_model("add_sub", V2), **_model("steady"), **_model("arriving")})
+    with Load("steady") as load:
+        run = pyinfra(inv, "deploys/models.py")
+    assert run.returncode == 0, run.output[-5000:]
+    assert load.failures == [], load.failures[:5]
+    rate = load.ok / load.seconds
+    print(f"steady: {load.ok} requests in {load.seconds:.1f} s ({rate:.0f}/s) during the update, 0 failed")
+    assert load.ok >= 100 and rate >= 50, (load.ok, load.seconds)
+    client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000")
+    assert _infer(client, "add_sub") == 103.0  # v2, read through the switched `current`
+    assert client.is_model_ready("arriving") and not client.is_model_ready("leaving")
+    assert _container() == before  # same container, never restarted
+
+
+def test_a_second_run_changes_nothing_and_gets_no_object(live):
+    s3, prefix, inv = live
+    offset = _log_size()
+    run = pyinfra(inv, "deploys/models.py")
+    assert_noop(run)
+    assert _object_gets(offset) == []
+    # the listing was made (the run did ask S3) and the log is where we look
+    with open(logs_dir() / "s3.log", "rb") as f:
+        f.seek(offset)
+        assert f"list-type=2&prefix={prefix}".encode() in f.read()
+
+
+def test_a_broken_model_fails_the_run_with_tritons_reason_and_the_previous_version_keeps_serving(live):
+    s3, prefix, inv = live
+    before = _container()
+    current = ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip()
+    _set(s3, prefix, {**_model("add_sub", BROKEN), **_model("steady"), **_model("arriving")})
+    with Load("steady") as load:
+        run = pyinfra(inv, "deploys/models.py")
+    assert run.returncode != 0
+    assert "model add_sub did not load" in run.output and "broken on purpose" in run.output, run.output[-3000:]
+    assert "switched back to" in run.output
+    assert load.failures == []
+    client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000")
+    assert _infer(client, "add_sub") == 103.0 and client.is_model_ready("arriving")
+    assert ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip() == current
+    assert _container() == before

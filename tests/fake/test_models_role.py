@@ -1,0 +1,94 @@
+"""@fake runs of the models role with S3: the agent installed from the wheelhouse, the header file written
+from stdin, the sync command with its servers, Triton pointed at /models/current (or at S3 itself), and
+the preflight checks of the host Python and of data that would be ignored."""
+
+from __future__ import annotations
+
+import pytest
+
+from roles.models import models
+from roles.preflight import PreflightError
+from tests.fake.fakehost import PLATFORMS, run_deploys
+from tests.fake.test_roles import DATA, SECRET, SERVE_DEPLOY
+from tritonfleet import wheelhouse
+
+S3 = {**DATA, "instance_type": "inf2.xlarge", "models_s3_uri": "s3://models-bucket/prod",
+      "models_s3_region": "eu-west-1"}
+AGENT_PYTHON = "sys.version_info"  # what the AgentState fact's command contains
+
+
+@pytest.fixture(autouse=True)
+def small_wheelhouse(monkeypatch, tmp_path):
+    """A stand-in for the controller's wheelhouse (the real build is tested in tests/unit/test_wheelhouse)."""
+    (tmp_path / "tritonfleet_agent-0.1.0+t-py3-none-any.whl").write_bytes(b"wheel")
+    built = wheelhouse.Wheelhouse(tmp_path, "d" * 64, "0.1.0+t")
+    monkeypatch.setattr(wheelhouse, "build", lambda: built)
+    return built
+
+
+def sync_lines(rec) -> list[str]:
+    return [c for c in rec.commands if "tritonfleet-agent sync" in c and "--dry-run" not in c]
+
+
+@pytest.mark.parametrize("os_key", PLATFORMS)
+def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(monkeypatch, os_key):
+    rec = run_deploys(SERVE_DEPLOY, S3, os_key, monkeypatch, responses={AGENT_PYTHON: ["3.11", "none"]})
+    assert "/opt/tritonfleet/wheelhouse/tritonfleet_agent-0.1.0+t-py3-none-any.whl" in rec.uploads
+    install = [c for c in rec.commands if "agent-install.sh" in c]
+    assert len(install) == 1 and install[0].endswith(f"python3 /opt/tritonfleet/venv /opt/tritonfleet/wheelhouse "
+                                                       f"{'d' * 64} 0.1.0+t")
+    (sync,) = sync_lines(rec)
+    assert sync == ("/opt/tritonfleet/venv/bin/tritonfleet-agent sync --source s3://models-bucket/prod --dest "
+                    "/opt/tritonfleet/models --concurrency 16 --keep 3 --timeout 180 --region eu-west-1 "
+                    "--server triton=http://127.0.0.1:8000 --header-file /etc/tritonfleet/repository-header")
+    header = [c for c in rec.commands if "secret-file.sh" in c]
+    assert len(header) == 1 and header[0].endswith("/etc/tritonfleet/repository-header")
+    assert not any(SECRET in c and "tritonserver" not in c for c in rec.commands)  # stdin only
+    (run,) = [c for c in rec.commands if "triton-swap.sh" in c]
+    assert "--model-repository=/models/current" in run and "/opt/tritonfleet/models:/models:ro" in run
+    assert not any("triton-models.sh" in c for c in rec.commands)  # the agent loads models, not the gate
+
+
+def test_an_installed_agent_is_not_reinstalled_or_uploaded_again(monkeypatch):
+    rec = run_deploys(models, S3, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "d" * 64]})
+    assert not rec.uploads and not any("agent-install.sh" in c for c in rec.commands)
+
+
+def test_a_non_default_imds_reaches_the_agent_and_poll_mode_names_no_server(monkeypatch):
+    data = {**S3, "imds_endpoint": "http://10.0.0.1:8081", "triton_model_control_mode": "poll"}
+    rec = run_deploys(models, data, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "none"]})
+    (sync,) = sync_lines(rec)
+    assert sync.startswith("env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://10.0.0.1:8081 /opt/tritonfleet/venv/")
+    assert "--server" not in sync and "--header-file" not in sync
+    assert not any("secret-file.sh" in c for c in rec.commands)
+
+
+@pytest.mark.parametrize("version,shown", [("3.8", "python3 is 3.8"), ("3.13", "python3 is 3.13"),
+                                           (None, "there is no python3")])
+def test_a_host_python_the_agent_cannot_run_on_is_a_preflight_error(monkeypatch, version, shown):
+    answer = [version or "none", "none"]
+    with pytest.raises(PreflightError, match=rf"@fake/h1: models_agent_python 'python3': the S3 agent needs Python "
+                                             rf"3.9 to 3.12 on the host, and {shown}"):
+        run_deploys(models, S3, "al2023", monkeypatch, responses={AGENT_PYTHON: answer})
+
+
+def test_direct_mode_gives_triton_the_s3_url_and_keeps_nothing_on_disk(monkeypatch):
+    data = {**S3, "models_s3_direct": True, "models_s3_endpoint": "https://s3.eu-west-1.amazonaws.com"}
+    rec = run_deploys(SERVE_DEPLOY, data, "ubuntu2404", monkeypatch)
+    (run,) = [c for c in rec.commands if "triton-swap.sh" in c]
+    assert "--model-repository=s3://https://s3.eu-west-1.amazonaws.com/models-bucket/prod" in run
+    assert "AWS_DEFAULT_REGION=eu-west-1" in run and ":/models:ro" not in run
+    assert not sync_lines(rec) and not any("agent-install.sh" in c for c in rec.commands)
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"models_source": "/"}, "models_source '/': set models_source or models_s3_uri, not both"),
+    ({"models_s3_uri": None}, "models_s3_region 'eu-west-1': has no effect without models_s3_uri"),
+    ({"models_s3_uri": None, "models_s3_region": None, "models_s3_direct": True},
+     "models_s3_direct True: has no effect without models_s3_uri"),
+    ({"models_s3_keep": 1}, "models_s3_keep 1: "),
+    ({"models_s3_uri": "s3://Bad_Bucket/x"}, "models_s3_uri 's3://Bad_Bucket/x': expected s3://bucket/prefix"),
+])
+def test_data_that_would_be_ignored_or_is_wrong_is_refused(monkeypatch, extra, message):
+    with pytest.raises(PreflightError, match=message.replace("(", r"\(")):
+        run_deploys(models, {**S3, **extra}, "debian12", monkeypatch)

@@ -1,0 +1,184 @@
+"""Live reload by `tritonfleet-agent sync --server`: against moto on loopback and a Triton stand-in that
+reads the model files through ``DIR/current`` when asked to load, keeps the loaded version when a load
+fails (as Triton does) and records every call. (The real Triton does the same in tests/e2e/test_07_models.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_agent_sync import (  # noqa: F401 (endpoint, s3, bucket: fixtures)
+    agent,
+    bucket,
+    endpoint,
+    s3,
+    set_remote,
+    sync_args,
+)
+from tritonfleet.agent import live
+
+SECRET = "s3cr3t-value-for-the-header-0123"
+V1 = {"steady/config.pbtxt": b"steady", "steady/1/model.py": b"one",
+      "changing/config.pbtxt": b"changing", "changing/1/model.py": b"v1",
+      "leaving/config.pbtxt": b"leaving", "leaving/1/model.py": b"bye"}
+V2 = {**{k: v for k, v in V1.items() if not k.startswith("leaving/")},
+      "changing/1/model.py": b"v2", "arriving/config.pbtxt": b"arriving", "arriving/1/model.py": b"hi"}
+
+
+class FakeTriton:
+    """``/v2/health/ready`` and the repository API; a load reads ``<repo>/<model>/1/model.py``."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+        self.loaded: dict[str, bytes] = {}
+        self.calls: list[tuple[str, str | None]] = []  # (path, header value)
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, code: int, body: dict | None = None) -> None:
+                data = json.dumps(body or {}).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802
+                self._reply(200 if self.path == "/v2/health/ready" else 404)
+
+            def do_POST(self):  # noqa: N802
+                outer.calls.append((self.path, self.headers.get("x-key")))
+                if self.headers.get("x-key") != SECRET:
+                    return self._reply(403, {"error": "This API is restricted"})
+                parts = self.path.strip("/").split("/")  # v2 repository models <m> load|unload
+                model, action = parts[3], parts[4]
+                if action == "unload":
+                    outer.loaded.pop(model, None)
+                    return self._reply(200)
+                try:
+                    data = (outer.repo / model / "1" / "model.py").read_bytes()
+                except OSError:
+                    return self._reply(400, {"error": f"failed to load '{model}', no version is available"})
+                if b"broken" in data:
+                    return self._reply(400, {"error": f"load failed for model '{model}': SyntaxError in model.py"})
+                outer.loaded[model] = data
+                self._reply(200)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def loads(self) -> list[str]:
+        return sorted(p.split("/")[4] + ":" + p.split("/")[5] for p, _ in self.calls)
+
+
+@pytest.fixture
+def setup(endpoint, s3, bucket, tmp_path, capsys):  # noqa: F811
+    dest = tmp_path / "models"
+    header = tmp_path / "header"
+    header.write_text(f"x-key: {SECRET}\n")
+    header.chmod(0o600)
+    triton = FakeTriton(dest / "current")
+    set_remote(s3, bucket, "repo", V1)
+    code, out, err = agent(capsys, *sync_args(endpoint, bucket, dest))
+    assert code == 0, err
+    triton.loaded = {m: V1[f"{m}/1/model.py"] for m in ("steady", "changing", "leaving")}  # started on v1
+
+    def run(*extra: str):
+        return agent(capsys, *sync_args(endpoint, bucket, dest, "--server", f"triton={triton.url}",
+                                        "--header-file", str(header), "--timeout", "5", *extra))
+    return dest, triton, run, (s3, bucket), out["version"]
+
+
+def test_changed_and_added_models_load_removed_unload_unchanged_untouched(setup):
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", V2)
+    code, out, err = run()
+    assert code == 0, err
+    assert triton.loads() == ["arriving:load", "changing:load", "leaving:unload"]
+    assert triton.loaded == {"steady": b"one", "changing": b"v2", "arriving": b"hi"}
+    assert {h for _, h in triton.calls} == {SECRET}
+    assert out["reload"]["loaded"] == ["arriving", "changing"] and out["reload"]["unloaded"] == ["leaving"]
+    assert out["version"] != v1 and os.readlink(dest / "current").endswith(out["version"])
+    assert not (dest / live.PENDING).exists()
+    assert SECRET not in json.dumps(out) + err
+
+    code, out, err = run()  # nothing new: no call at all
+    assert code == 0 and out["status"] == "unchanged" and len(triton.calls) == 3
+
+
+def test_a_model_that_fails_to_load_switches_back_and_the_old_version_keeps_serving(setup):
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", {**V2, "changing/1/model.py": b"broken v3"})
+    code, out, err = run()
+    assert code == 1
+    assert "model changing did not load (HTTP 400: load failed for model 'changing': SyntaxError in model.py)" \
+        in err
+    assert os.readlink(dest / "current") == f"versions/{v1}"
+    assert out["version"] == v1 and out["reload"]["rolled_back"]
+    # what serves is v1 for every model: the added one that loaded is gone again, the removed one stays
+    assert triton.loaded == {"steady": b"one", "changing": b"v1", "leaving": b"bye"}
+
+    code, out, err = run()  # still broken in S3: the same refusal, no new download
+    assert code == 1 and out["downloaded"] == 0 and "SyntaxError" in err
+
+    set_remote(client, name, "repo", V2)  # fixed
+    code, out, err = run()
+    assert code == 0, err
+    assert triton.loaded == {"steady": b"one", "changing": b"v2", "arriving": b"hi"}
+
+
+def test_a_reload_owed_by_a_killed_run_is_done_by_the_next(setup):
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", V2)
+    code, out, err = run("--dry-run")
+    assert code == 0 and out["status"] == "dry-run" and not out["reload"]["pending"], err
+    # a run killed right after its switch: current is v2, the pending record still says v1
+    code, out, err = run()
+    assert code == 0
+    v2 = out["version"]
+    (dest / live.PENDING).write_text(json.dumps({"served": v1}))
+    triton.loaded = {m: V1[f"{m}/1/model.py"] for m in ("steady", "changing", "leaving")}
+    triton.calls.clear()
+    code, out, err = run("--dry-run")
+    assert code == 0 and out["reload"]["pending"] and triton.calls == []
+    code, out, err = run()
+    assert code == 0 and out["status"] == "unchanged" and out["version"] == v2, err
+    assert triton.loaded == {"steady": b"one", "changing": b"v2", "arriving": b"hi"}
+    assert not (dest / live.PENDING).exists()
+
+
+def test_a_server_that_is_not_running_is_skipped(endpoint, s3, bucket, tmp_path, capsys):  # noqa: F811 (fixtures)
+    set_remote(s3, bucket, "repo", V1)
+    code, out, err = agent(capsys, *sync_args(endpoint, bucket, tmp_path / "m"))
+    set_remote(s3, bucket, "repo", V2)
+    code, out, err = agent(capsys, *sync_args(endpoint, bucket, tmp_path / "m", "--server", "down=http://127.0.0.1:9"))
+    assert code == 0, err
+    assert out["reload"]["skipped"] == ["down"] and out["status"] == "synced"
+
+
+def test_a_header_file_others_can_read_is_refused_and_nothing_switches(setup, tmp_path):
+    dest, triton, run, (client, name), v1 = setup
+    (tmp_path / "header").chmod(0o644)
+    set_remote(client, name, "repo", V2)
+    code, out, err = run()
+    assert code == 1 and "readable by others" in err and SECRET not in err
+    assert os.readlink(dest / "current") == f"versions/{v1}" and triton.calls == []
+
+
+def test_read_header_needs_a_name_and_a_value(tmp_path):
+    f = tmp_path / "h"
+    for text in ("", "novalue:", ": x", "no colon"):
+        f.write_text(text)
+        f.chmod(0o600)
+        with pytest.raises(live.SyncError, match="expected one line"):
+            live.read_header(str(f))
+    f.write_text("x-key: a:b\n")
+    assert live.read_header(str(f)) == ("x-key", "a:b")

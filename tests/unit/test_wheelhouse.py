@@ -1,0 +1,64 @@
+"""The agent's wheelhouse, built for real (pip, with its cache) and installed the way hosts install it:
+``templates/scripts/agent-install.sh`` into a fresh venv, offline, with pip run from its wheel."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tritonfleet import wheelhouse
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST_PYTHON = shutil.which("python3.11") or "/usr/bin/python3"
+
+
+@pytest.fixture(scope="module")
+def built():
+    return wheelhouse.build()
+
+
+def test_one_pure_wheel_set_for_every_host_python(built):
+    names = built.wheels()
+    assert all(n.endswith("-none-any.whl") for n in names), names
+    for dist in ("tritonfleet_agent", "boto3", "botocore", "s3transfer", "pip"):
+        assert sum(n.startswith(dist + "-") for n in names) == 1, (dist, names)  # one version: a small upload
+    assert built.digest == wheelhouse.digest_of(built.path) and built.version.startswith("0.1.0+")
+
+
+def test_the_agent_wheel_holds_the_agent_only(built):
+    (agent,) = [p for p in built.path.glob("tritonfleet_agent-*.whl")]
+    with zipfile.ZipFile(agent) as z:
+        modules = {n for n in z.namelist() if n.endswith(".py")}
+        meta = z.read(next(n for n in z.namelist() if n.endswith("METADATA"))).decode()
+    assert modules == {"tritonfleet/__init__.py"} | {f"tritonfleet/agent/{p.name}"
+                                                      for p in (ROOT / "tritonfleet/agent").glob("*.py")}
+    assert "Requires-Dist: boto3" in meta and "Requires-Python: >=3.9" in meta
+
+
+def test_the_build_is_cached_by_the_agent_source(built):
+    again = wheelhouse.build.__wrapped__()
+    assert again == built  # same key: the cached directory, same digest
+    assert wheelhouse._key({"tritonfleet/agent/x.py": b"1"}) != wheelhouse._key({"tritonfleet/agent/x.py": b"2"})
+
+
+def test_installs_offline_with_the_host_script_and_runs(built, tmp_path):
+    venv = tmp_path / "venv"
+    script = (ROOT / "templates/scripts/agent-install.sh").read_text()
+    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}  # no index at all
+    proc = subprocess.run(["sh", "-c", script, "agent-install.sh", HOST_PYTHON, str(venv), str(built.path),
+                           built.digest, built.version], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (venv / ".wheelhouse").read_text().strip() == built.digest
+    out = subprocess.run([str(venv / "bin/tritonfleet-agent"), "sync", "--help"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert "--server NAME=URL" in out
+    listed = subprocess.run([str(venv / "bin/python"), "-c", "import boto3, tritonfleet.agent.live, sys; "
+                             "print(sorted(m.split('.')[0] for m in sys.modules if m.startswith('tritonfleet')))"],
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "tritonfleet" in listed
+    pkgs = {p.name.split("-")[0].lower() for p in (venv / "lib").glob("python3*/site-packages/*.dist-info")}
+    assert "pydantic" not in pkgs and "pyinfra" not in pkgs and "tritonfleet_agent" in pkgs

@@ -1,0 +1,229 @@
+"""Live reload: after ``current`` is switched, Triton servers load what changed, without a restart.
+
+A sync given servers (``--server NAME=URL``, explicit model-control mode) does, under the repository lock:
+
+1. Before the switch: every server must answer ``/v2/health/ready`` (waited for up to ``--timeout``); a
+   server that refuses connections is not running and loads ``current`` when it starts, so it is skipped.
+   Then ``DIR/.reload-pending.json`` records the version the servers serve (``served``).
+2. After the switch: each server loads the models added or changed between ``served`` and ``current``
+   (``POST /v2/repository/models/<m>/load``); models that left the repository are unloaded. Unchanged
+   models are not touched. Then the pending record is removed.
+3. A model that fails to load: Triton keeps serving the version it had, and ``current`` is switched back to
+   ``served``; the models that had loaded the new version on any server are loaded again from ``served``
+   (added ones unloaded), so every server serves ``served`` and the disk says so. The sync fails with
+   Triton's reason for each model.
+
+A sync killed between switch and reload leaves the pending record: the next run (even one with nothing
+new in S3) reloads from ``served`` to ``current`` first. ``--dry-run`` reports a pending reload.
+
+The restricted-API header comes from a root-only file (``--header-file``, one line ``name: value``, mode
+0600); it is never an argument, never logged and never in the JSON output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from .layout import Repo
+from .manifest import SyncError, diff, model_changes
+
+PENDING = ".reload-pending.json"
+
+
+@dataclass
+class Server:
+    name: str
+    url: str  # http://127.0.0.1:8000
+
+
+@dataclass
+class Outcome:
+    """What the reload did (the ``reload`` object of ``--json``)."""
+
+    servers: list[str] = field(default_factory=list)  # servers reloaded
+    skipped: list[str] = field(default_factory=list)  # not running: they load ``current`` when they start
+    loaded: list[str] = field(default_factory=list)  # models loaded (added or changed)
+    unloaded: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # model -> Triton's reason
+    rolled_back: bool = False
+    pending: bool = False  # a reload is owed (dry run) or could not be finished
+
+
+def read_header(path: str) -> tuple[str, str]:
+    """``(name, value)`` from a ``name: value`` file that only its owner can read."""
+    try:
+        st = os.stat(path)
+        with open(path, encoding="utf-8") as f:
+            line = f.readline().strip()
+    except OSError as exc:
+        raise SyncError(f"header file {path}: {exc.strerror}") from None
+    if st.st_mode & 0o077:
+        raise SyncError(f"header file {path} is readable by others (mode {st.st_mode & 0o777:o}); chmod 600 it")
+    name, sep, value = line.partition(":")
+    if not sep or not name.strip() or not value.strip():
+        raise SyncError(f"header file {path}: expected one line 'name: value'")
+    return name.strip(), value.strip()
+
+
+class Triton:
+    """The HTTP endpoints a reload needs (standard library only: the agent has no HTTP client dependency)."""
+
+    def __init__(self, server: Server, header: tuple[str, str] | None, timeout: float) -> None:
+        self.server = server
+        self.header = header
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, timeout: float) -> tuple[int, str]:
+        req = urllib.request.Request(self.server.url.rstrip("/") + path, method=method,
+                                     data=b"" if method == "POST" else None)
+        if self.header and method == "POST":
+            req.add_header(*self.header)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http(s) URLs from data
+                return resp.status, resp.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode("utf-8", "replace")
+
+    def state(self) -> str:
+        """"ready", "down" (connection refused: no server) or "starting" (anything else)."""
+        try:
+            code, _ = self._call("GET", "/v2/health/ready", 5)
+        except urllib.error.URLError as exc:
+            refused = isinstance(exc.reason, ConnectionRefusedError)
+            return "down" if refused else "starting"
+        except OSError:
+            return "starting"
+        return "ready" if code == 200 else "starting"
+
+    def wait_ready(self) -> bool:
+        """True once ready; False when it is not running at all. Raises after the timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            state = self.state()
+            if state != "starting":
+                return state == "ready"
+            if time.monotonic() > deadline:
+                raise SyncError(f"server {self.server.name} ({self.server.url}) not ready after "
+                                f"{self.timeout:.0f} s; nothing was switched")
+            time.sleep(1)
+
+    def load(self, model: str) -> str | None:
+        """None when loaded, else Triton's reason."""
+        return self._repository(f"models/{model}/load")
+
+    def unload(self, model: str) -> str | None:
+        return self._repository(f"models/{model}/unload")
+
+    def _repository(self, path: str) -> str | None:
+        try:
+            code, body = self._call("POST", f"/v2/repository/{path}", max(self.timeout, 60))
+        except OSError as exc:
+            return f"no answer from {self.server.url}: {exc}"
+        if code == 200:
+            return None
+        try:
+            reason = json.loads(body).get("error") or body
+        except ValueError:
+            reason = body
+        return f"HTTP {code}: {' '.join(str(reason).split())}"
+
+
+class Live:
+    """The reload half of a sync (see the module docstring); called by ``sync`` under the lock."""
+
+    def __init__(self, servers: list[Server], header: tuple[str, str] | None, timeout: float) -> None:
+        self.clients = [Triton(s, header, timeout) for s in servers]
+        self.running: list[Triton] = []
+        self.outcome = Outcome()
+
+    @staticmethod
+    def served(repo: Repo, current: str | None) -> str | None:
+        """The version the servers serve: the pending record's, else ``current``."""
+        try:
+            with open(os.path.join(repo.root, PENDING), encoding="utf-8") as f:
+                served = json.load(f).get("served")
+        except (OSError, ValueError, AttributeError):
+            return current
+        return served if served and os.path.isdir(repo.path(served)) else current
+
+    def owed(self, repo: Repo, current: str | None) -> bool:
+        return self.served(repo, current) != current
+
+    def before_switch(self, repo: Repo, served: str | None) -> None:
+        """Wait for the running servers, then record what they serve (kept if already recorded)."""
+        self.running = [c for c in self.clients if c.wait_ready()]
+        self.outcome.skipped = [c.server.name for c in self.clients if c not in self.running]
+        if self.running and served:
+            _write_json(os.path.join(repo.root, PENDING), {"served": served})
+
+    def after_switch(self, repo: Repo, served: str | None, current: str) -> None:
+        """Reload ``served`` -> ``current`` on the running servers; roll back on a failed load."""
+        if not self.running or not served or served == current:
+            _remove(os.path.join(repo.root, PENDING))
+            return
+        old, new = repo.manifest(served), repo.manifest(current)
+        changes = model_changes(old, new, diff(old, new))
+        out = self.outcome
+        out.servers = [c.server.name for c in self.running]
+        loaded: set[str] = set()
+        for model in changes["added"] + changes["changed"]:
+            for c in self.running:
+                reason = c.load(model)
+                if reason is None:
+                    loaded.add(model)
+                else:
+                    out.failed[model] = reason if len(self.running) == 1 else f"{c.server.name}: {reason}"
+        if out.failed:
+            self._roll_back(repo, served, changes, loaded)
+            _remove(os.path.join(repo.root, PENDING))
+            raise SyncError("; ".join(f"model {m} did not load ({r})" for m, r in sorted(out.failed.items()))
+                            + f"; switched back to {served}, which the servers keep serving")
+        out.loaded = sorted(loaded)
+        for model in changes["removed"]:
+            for c in self.running:
+                reason = c.unload(model)
+                if reason is not None:
+                    out.failed[model] = f"unload: {reason}"
+            out.unloaded.append(model)
+        _remove(os.path.join(repo.root, PENDING))
+        if out.failed:
+            raise SyncError("; ".join(f"model {m}: {r}" for m, r in sorted(out.failed.items())))
+
+    def _roll_back(self, repo: Repo, served: str, changes: dict[str, list[str]], loaded: set[str]) -> None:
+        repo.switch(served, durable=True)
+        self.outcome.rolled_back = True
+        problems = []
+        for model in sorted(loaded | set(changes["changed"])):  # failed changed ones too: make sure
+            for c in self.running:
+                if model in changes["added"]:
+                    reason = c.unload(model)
+                else:
+                    reason = c.load(model)
+                if reason is not None:
+                    problems.append(f"{c.server.name} {model}: {reason}")
+        if problems:
+            self.outcome.pending = True
+            raise SyncError(f"model(s) {', '.join(sorted(self.outcome.failed))} did not load "
+                            f"({'; '.join(self.outcome.failed.values())}); switching back to {served} left "
+                            f"problems: {'; '.join(problems)}")
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,149 @@
+"""The host agent's wheelhouse, built on the controller: what ``/opt/tritonfleet/venv`` is installed from.
+
+Hosts reach no package index, so everything the agent needs travels with it: the ``tritonfleet-agent``
+wheel (``tritonfleet/agent`` plus ``tritonfleet/__init__.py``, built with pip from
+``templates/agent/pyproject.toml.j2``), boto3 and its pure-Python dependencies resolved by pip for every
+supported host Python, and pip itself (hosts may lack it: the install runs pip from its wheel). All wheels
+are ``py3-none-any``, so one wheelhouse serves x86_64 and arm64 alike.
+
+The build is cached under ``~/.cache/tritonfleet/wheelhouse/<key>`` (the key: the agent's source, the
+requirements and this recipe), so it runs once per agent change; pip's own cache serves repeated
+downloads. ``digest`` (of every wheel's bytes) is what hosts compare to decide on a reinstall.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import tritonfleet
+from tritonfleet.templating import render
+
+#: Host Pythons the agent supports (README "Model repositories"); preflight refuses others.
+PYTHONS = ("3.9", "3.10", "3.11", "3.12")
+REQUIREMENTS = ("boto3>=1.34,<2",)
+RECIPE = 1
+PACKAGE = "tritonfleet-agent"
+
+
+class WheelhouseError(RuntimeError):
+    """The wheelhouse could not be built (one line: pip's last words)."""
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    path: Path  # directory of *.whl
+    digest: str  # sha256 over the wheels' names and bytes
+    version: str  # of the tritonfleet-agent wheel in it
+
+    def wheels(self) -> list[str]:
+        return sorted(p.name for p in self.path.glob("*.whl"))
+
+
+def _sources() -> dict[str, bytes]:
+    """Package path -> bytes of every file the agent wheel holds."""
+    pkg = Path(tritonfleet.__file__).parent
+    files = {"tritonfleet/__init__.py": (pkg / "__init__.py").read_bytes()}
+    for path in sorted((pkg / "agent").glob("*.py")):
+        files[f"tritonfleet/agent/{path.name}"] = path.read_bytes()
+    return files
+
+
+def _key(sources: dict[str, bytes]) -> str:
+    h = hashlib.sha256(f"{RECIPE}\n{PYTHONS}\n{REQUIREMENTS}\n".encode())
+    for name, data in sorted(sources.items()):
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def digest_of(path: Path) -> str:
+    h = hashlib.sha256()
+    for wheel in sorted(path.glob("*.whl")):
+        h.update(wheel.name.encode() + b"\0" + hashlib.sha256(wheel.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tritonfleet" / "wheelhouse"
+
+
+def _pip(*args: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()
+                 and not line.startswith("WARNING: Location")]
+        raise WheelhouseError(f"pip {args[0]} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
+
+
+def _build_into(out: Path, sources: dict[str, bytes], version: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="tf-agent-src-") as tmp:
+        src = Path(tmp)
+        for name, data in sources.items():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            (src / name).write_bytes(data)
+        (src / "pyproject.toml").write_text(render("agent/pyproject.toml.j2", version=version,
+                                                   python_min=PYTHONS[0], requirements=REQUIREMENTS))
+        isolation = [] if _has_setuptools() else ["--use-pep517"]
+        no_isolation = ["--no-build-isolation"] if not isolation else []
+        _pip("wheel", "--quiet", "--no-deps", *no_isolation, *isolation, "--wheel-dir", str(out), str(src))
+    # The oldest Python first, then the others from what it got when that satisfies them (one boto3 for all
+    # hosts keeps the upload small), else from the index (a dependency that dropped the old Python).
+    for python in PYTHONS:
+        args = ("download", "--quiet", "--only-binary=:all:", "--python-version", python, "--dest", str(out),
+                "--find-links", str(out), f"{PACKAGE}=={version}", "pip")
+        try:
+            _pip(*args[:1], "--no-index", *args[1:])
+        except WheelhouseError:
+            _pip(*args)
+    impure = [p.name for p in out.glob("*.whl") if not p.name.endswith("-none-any.whl")]
+    if impure:
+        raise WheelhouseError(f"platform-specific wheels in the agent's wheelhouse: {', '.join(impure)}")
+
+
+def _has_setuptools() -> bool:
+    try:
+        import setuptools  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def build() -> Wheelhouse:
+    """The wheelhouse for the agent as it is in this checkout (built once, then from the cache)."""
+    sources = _sources()
+    key = _key(sources)
+    version = f"{tritonfleet.__version__}+{key[:12]}"
+    root = cache_root()
+    done = root / key
+    if not (done / "DONE").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        with _locked(root / ".lock"):
+            if not (done / "DONE").is_file():
+                work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=root))
+                try:
+                    _build_into(work, sources, version)
+                    (work / "DONE").write_text(digest_of(work) + "\n")
+                    shutil.rmtree(done, ignore_errors=True)
+                    os.rename(work, done)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+    return Wheelhouse(done, (done / "DONE").read_text().strip(), version)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
