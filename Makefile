@@ -15,7 +15,7 @@ ARGS      ?=
 # Debian packages the sandbox fleet needs on the controller.
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync models serve sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync models serve qa qa-schedule qa-unschedule sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -24,7 +24,7 @@ help: ## List targets and their variables
 	@echo "Variables:"
 	@echo "  HOSTS=$(HOSTS)           number of sandbox hosts (sandbox-up)"
 	@echo "  TYPES=$(TYPES)   instance type per host, comma separated (sandbox-up, demo)"
-	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (serve, models, status)"
+	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (serve, models, qa, qa-schedule, status)"
 	@echo "  PREVIOUS=1           status: also show what a rollback would return to"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
 	@echo "  ARGS=...             arguments passed through (gen-model)"
@@ -88,6 +88,15 @@ serve: setup ## Provision and serve INVENTORY (deploys/serve.py)
 models: setup ## Update INVENTORY's model repositories from S3, reloading changed models live (deploys/models.py)
 	$(PYINFRA) -y $(INVENTORY) deploys/models.py
 
+qa: setup ## Run the QA suites on INVENTORY's hosts now; reports to reports/<host>/ and a fleet table (deploys/qa.py)
+	$(PYINFRA) -y $(INVENTORY) deploys/qa.py
+
+qa-schedule: setup ## Scheduled QA on INVENTORY's hosts: systemd timer, reports to S3, textfile metric
+	$(PYINFRA) -y $(INVENTORY) deploys/qa_schedule.py
+
+qa-unschedule: setup ## Remove scheduled QA from INVENTORY's hosts
+	$(PYINFRA) -y $(INVENTORY) deploys/qa_unschedule.py
+
 status: setup ## Table of every host and Triton server in INVENTORY (PREVIOUS=1: rollback targets too)
 	$(TF) status --inventory $(INVENTORY) $(if $(PREVIOUS),--previous)
 
@@ -96,6 +105,9 @@ gen-model: setup ## Generate a Triton model directory (ARGS='--model_type pytorc
 
 bench-converge: prereqs setup ## Converge cost on the sandbox at 1/3/8 hosts and --dry over 200/1000 @fake hosts (root)
 	$(PY) bench/converge.py
+
+bench-sync: setup ## S3 sync: tritonfleet-agent vs aws s3 sync vs s5cmd on one moto server, full and no-op (ARGS='--quick')
+	$(PY) bench/sync.py $(ARGS)
 
 bench: setup ## Benchmarks (ratios against the named peer, measured in the same run)
 	@ls bench/*.py >/dev/null 2>&1 || { echo "no benchmarks yet (bench/*.py)"; exit 0; }; \

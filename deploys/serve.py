@@ -2,10 +2,11 @@
 
     pyinfra inventories/inf2.py deploys/serve.py
 
-preflight -> base -> neuron, efa or nvidia -> docker -> models -> triton (image, compatibility gate,
+preflight -> base -> neuron, efa or nvidia -> docker -> agent -> models -> triton (image, compatibility gate,
 containers, health gate).
 """
 
+from roles.agent import agent
 from roles.base import base
 from roles.docker import docker
 from roles.efa import efa
@@ -23,5 +24,6 @@ neuron()
 efa()
 nvidia()
 docker()
+agent()
 models()
 triton()

@@ -1,7 +1,7 @@
 """The model repository on the host, from one of three places (README "Model repositories"):
 
-- **S3 sync** (``models_s3_uri``): the host agent (``tritonfleet-agent``, installed into
-  ``/opt/tritonfleet/venv`` from a wheelhouse built on the controller) mirrors the prefix into
+- **S3 sync** (``models_s3_uri``): the host agent (``tritonfleet-agent``, installed by the agent role)
+  mirrors the prefix into
   ``models_dir/versions/<id>``, verified, and switches ``models_dir/current`` atomically; running servers
   (explicit model control) then load only what changed, and a model that fails to load switches back.
   Containers mount ``models_dir`` and read ``/models/current``, so a switch needs no restart.
@@ -19,11 +19,9 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles.context import config_for
-from roles.facts.models import AgentState
 from roles.operations.files import secret_file, sync_tree
-from roles.operations.models import agent_install, model_sync, models_switch
+from roles.operations.models import model_sync, models_switch
 from tritonfleet import hostcontract as hc
-from tritonfleet import wheelhouse
 from tritonfleet.config import (
     DEFAULT_IMDS,
     FieldProblem,
@@ -53,8 +51,6 @@ class Settings(RoleSettings):
         "failed reload switches back to)."))
     s3_direct: bool = Field(False, description=(
         "Triton reads models_s3_uri itself (no copy on disk; a full download on every start; see README)."))
-    agent_python: str = Field("python3", description=(
-        "Host interpreter (3.9 to 3.12) the S3 agent's venv is made with, e.g. python3.11 on Amazon Linux."))
 
     @field_validator("dir")
     @classmethod
@@ -65,8 +61,6 @@ class Settings(RoleSettings):
 
     _uri = field_validator("s3_uri")(matching(_S3_URI, "expected s3://bucket/prefix"))
     _region = field_validator("s3_region")(matching(_REGION, "expected a region name like us-east-1"))
-    _python = field_validator("agent_python")(matching(r"^(/[\w./-]+|python3(\.\d+)?)$",
-                                                       "expected python3, python3.X or an absolute path"))
 
     _endpoint = field_validator("s3_endpoint")(lambda v: http_url(v))
 
@@ -112,26 +106,8 @@ def _checks(cfg: HostConfig) -> None:
                 raise FieldProblem(f"models_{key}", getattr(m, key), "has no effect without models_s3_uri")
 
 
-def _host_checks(h, cfg: HostConfig) -> None:
-    """S3 sync: a host Python the agent supports, and the agent's wheelhouse (built on the controller)."""
-    if not sync_mode(cfg):
-        return
-    m = cfg.models
-    python = h.get_fact(AgentState, python=m.agent_python, venv=hc.AGENT_VENV)["python"]
-    if python not in wheelhouse.PYTHONS:
-        have = f"{m.agent_python} is {python}" if python else f"there is no {m.agent_python}"
-        raise FieldProblem("models_agent_python", m.agent_python,
-                           f"the S3 agent needs Python {wheelhouse.PYTHONS[0]} to {wheelhouse.PYTHONS[-1]} on the "
-                           f"host, and {have} (install one, e.g. python3.11, and set models_agent_python)")
-    try:
-        wheelhouse.build()
-    except (wheelhouse.WheelhouseError, OSError) as exc:
-        raise FieldProblem("models_s3_uri", m.s3_uri, f"the agent's wheelhouse cannot be built on this "
-                           f"controller: {exc}") from None
-
-
 ROLE = Role("models", Settings, "the model repository on the host (S3 sync, S3 direct or a controller copy)",
-            checks=_checks, order=60, host_checks=_host_checks)
+            checks=_checks, order=60)
 
 
 def sync_command(cfg: HostConfig) -> list[str]:
@@ -162,18 +138,12 @@ def repository_header(cfg: HostConfig) -> str | None:
 
 
 def _s3_sync(cfg: HostConfig) -> None:
-    m = cfg.models
-    wh = wheelhouse.build()
-    if host.get_fact(AgentState, python=m.agent_python, venv=hc.AGENT_VENV)["installed"] != wh.digest:
-        sync_tree(name="Host agent wheelhouse", src=str(wh.path), dest=hc.WHEELHOUSE_DIR,
-                  exclude_suffixes=("DONE",))
-    agent_install(name=f"Host agent (tritonfleet-agent {wh.version})", python=m.agent_python,
-                  venv=hc.AGENT_VENV, wheelhouse=hc.WHEELHOUSE_DIR, digest=wh.digest, version=wh.version)
+    """The agent (installed by the agent role) syncs; the header file lets it reload the servers."""
     header = repository_header(cfg)
     if header and cfg.triton.model_control_mode == "explicit":
         secret_file(name="Triton repository API header (root only)", path=hc.REPOSITORY_HEADER_FILE,
                     content=header)
-    model_sync(name=f"Model repository from {m.s3_uri}", command=sync_command(cfg))
+    model_sync(name=f"Model repository from {cfg.models.s3_uri}", command=sync_command(cfg))
 
 
 @deploy("Models")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -16,13 +17,15 @@ def template_dir() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir())),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["quote"] = lambda v: shlex.quote(str(v))  # shell scripts: every value one word
+    return env
 
 
 def render(name: str, **context: object) -> str:

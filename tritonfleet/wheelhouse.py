@@ -31,7 +31,12 @@ from tritonfleet.templating import render
 #: Host Pythons the agent supports (README "Model repositories"); preflight refuses others.
 PYTHONS = ("3.9", "3.10", "3.11", "3.12")
 REQUIREMENTS = ("boto3>=1.34,<2",)
-RECIPE = 1
+#: The QA runner's extra (``tritonfleet-agent[qa]``): platform wheels, so built per host Python and machine.
+QA_REQUIREMENTS = ("numpy>=1.21", "tritonclient[grpc,http]==2.51.0", "PyYAML>=5.4", "pydantic>=2.7,<3")
+#: ``uname -m`` -> the manylinux platform tags pip may pick wheels of (glibc 2.17 to 2.34: AL2023 has 2.34).
+MACHINES = {m: tuple([f"manylinux2014_{m}"] + [f"manylinux_2_{v}_{m}" for v in (17, 24, 27, 28, 31, 34)])
+            for m in ("x86_64", "aarch64")}
+RECIPE = 2
 PACKAGE = "tritonfleet-agent"
 
 
@@ -58,8 +63,10 @@ def _sources() -> dict[str, bytes]:
     return files
 
 
-def _key(sources: dict[str, bytes]) -> str:
-    h = hashlib.sha256(f"{RECIPE}\n{PYTHONS}\n{REQUIREMENTS}\n".encode())
+def _key(sources: dict[str, bytes], qa_for: tuple[str, str] | None = None) -> str:
+    h = hashlib.sha256(f"{RECIPE}\n{PYTHONS}\n{REQUIREMENTS}\n{QA_REQUIREMENTS}\n".encode())
+    if qa_for:
+        h.update(f"qa {qa_for[0]} {qa_for[1]}\n".encode())
     for name, data in sorted(sources.items()):
         h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return h.hexdigest()
@@ -86,17 +93,24 @@ def _pip(*args: str) -> None:
         raise WheelhouseError(f"pip {args[0]} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
 
 
-def _build_into(out: Path, sources: dict[str, bytes], version: str) -> None:
+def _build_into(out: Path, sources: dict[str, bytes], version: str, qa_for: tuple[str, str] | None) -> None:
     with tempfile.TemporaryDirectory(prefix="tf-agent-src-") as tmp:
         src = Path(tmp)
         for name, data in sources.items():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             (src / name).write_bytes(data)
         (src / "pyproject.toml").write_text(render("agent/pyproject.toml.j2", version=version,
-                                                   python_min=PYTHONS[0], requirements=REQUIREMENTS))
+                                                   python_min=PYTHONS[0], requirements=REQUIREMENTS,
+                                                   qa_requirements=QA_REQUIREMENTS))
         isolation = [] if _has_setuptools() else ["--use-pep517"]
         no_isolation = ["--no-build-isolation"] if not isolation else []
         _pip("wheel", "--quiet", "--no-deps", *no_isolation, *isolation, "--wheel-dir", str(out), str(src))
+    if qa_for:  # one host Python and machine: the agent with its QA extra, platform wheels included
+        python, machine = qa_for
+        platforms = [a for p in MACHINES[machine] for a in ("--platform", p)]
+        _pip("download", "--quiet", "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+             *platforms, "--dest", str(out), "--find-links", str(out), f"{PACKAGE}[qa]=={version}", "pip")
+        return
     # The oldest Python first, then the others from what it got when that satisfies them (one boto3 for all
     # hosts keeps the upload small), else from the index (a dependency that dropped the old Python).
     for python in PYTHONS:
@@ -119,12 +133,16 @@ def _has_setuptools() -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=1)
-def build() -> Wheelhouse:
-    """The wheelhouse for the agent as it is in this checkout (built once, then from the cache)."""
+@functools.cache
+def build(qa_for: tuple[str, str] | None = None) -> Wheelhouse:
+    """The wheelhouse for the agent as it is in this checkout (built once, then from the cache): pure
+    wheels for every supported host Python, or with ``qa_for=(python, machine)`` the agent with its QA
+    extra for that host Python (``"3.11"``) and machine (``uname -m``)."""
+    if qa_for and (qa_for[0] not in PYTHONS or qa_for[1] not in MACHINES):
+        raise WheelhouseError(f"no QA wheelhouse for Python {qa_for[0]} on {qa_for[1]}")
     sources = _sources()
-    key = _key(sources)
-    version = f"{tritonfleet.__version__}+{key[:12]}"
+    key = _key(sources, qa_for)
+    version = f"{tritonfleet.__version__}+{_key(sources)[:12]}"  # the same agent in every wheelhouse
     root = cache_root()
     done = root / key
     if not (done / "DONE").is_file():
@@ -133,7 +151,7 @@ def build() -> Wheelhouse:
             if not (done / "DONE").is_file():
                 work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=root))
                 try:
-                    _build_into(work, sources, version)
+                    _build_into(work, sources, version, qa_for)
                     (work / "DONE").write_text(digest_of(work) + "\n")
                     shutil.rmtree(done, ignore_errors=True)
                     os.rename(work, done)

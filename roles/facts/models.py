@@ -9,22 +9,22 @@ from pyinfra.api import FactBase
 
 
 class AgentState(FactBase[dict]):
-    """``{"python": "3.11" | None, "installed": <wheelhouse digest> | None}``: the host Python the agent
-    runs on and the wheelhouse its venv was installed from."""
+    """``{"python": "3.11" | None, "machine": "x86_64", "installed": <wheelhouse digest> | None}``: the host
+    Python the agent runs on, the machine (``uname -m``) and the wheelhouse its venv was installed from."""
 
     @staticmethod
     def default() -> dict:
-        return {"python": None, "installed": None}
+        return {"python": None, "machine": None, "installed": None}
 
     def command(self, python: str, venv: str) -> str:
         py = quote(python)
         return (f"command -v {py} >/dev/null && {py} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' "
-                f"2>/dev/null || echo none; cat {quote(venv)}/.wheelhouse 2>/dev/null || echo none")
+                f"2>/dev/null || echo none; uname -m; cat {quote(venv)}/.wheelhouse 2>/dev/null || echo none")
 
     def process(self, output: list[str]) -> dict:
-        lines = [line.strip() for line in output] + ["none", "none"]
-        return {"python": None if lines[0] == "none" else lines[0],
-                "installed": None if lines[1] == "none" else lines[1]}
+        lines = [line.strip() for line in output] + ["none"] * 3
+        return {"python": None if lines[0] == "none" else lines[0], "machine": lines[1] or None,
+                "installed": None if lines[2] == "none" else lines[2]}
 
 
 class ModelSyncPlan(FactBase[dict]):

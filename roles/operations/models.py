@@ -37,7 +37,7 @@ def models_switch(staging: str, live: str, previous: str, only_if_empty: bool = 
 
 
 @operation()
-def agent_install(python: str, venv: str, wheelhouse: str, digest: str, version: str):
+def agent_install(python: str, venv: str, wheelhouse: str, digest: str, requirement: str):
     """
     Install the host agent into ``venv`` from the wheelhouse uploaded to ``wheelhouse``, offline
     (``templates/scripts/agent-install.sh``), unless ``venv`` was installed from this very wheelhouse.
@@ -46,13 +46,13 @@ def agent_install(python: str, venv: str, wheelhouse: str, digest: str, version:
     + venv: e.g. /opt/tritonfleet/venv
     + wheelhouse: directory of the uploaded wheels
     + digest: the wheelhouse's content hash (stamped into the venv)
-    + version: the tritonfleet-agent version in it
+    + requirement: what to install, e.g. ``tritonfleet-agent[qa]==0.1.0+abc``
     """
     state = host.get_fact(AgentState, python=python, venv=venv)
     if state["installed"] == digest:
-        host.noop(f"tritonfleet-agent {version} installed in {venv}")
+        host.noop(f"{requirement} installed in {venv}")
         return
-    yield script("agent-install.sh", python, venv, wheelhouse, digest, version)
+    yield script("agent-install.sh", python, venv, wheelhouse, digest, requirement)
 
 
 @operation()

@@ -52,7 +52,7 @@ def test_container_has_exactly_its_device_and_limits(served):
     mounts = {m["Destination"]: m for m in c["Mounts"]}
     assert mounts["/models"]["RW"] is False and mounts["/mylib/udev"]["RW"] is False
     args = c["Args"]
-    assert "--model-control-mode=explicit" in args and "--model-repository=/models" in args
+    assert "--model-control-mode=explicit" in args and "--model-repository=/models/current" in args
     restricted = "model-repository,logging,trace,shared-memory:x-tritonfleet-repository-key="
     assert any(a.startswith("--http-restricted-api=" + restricted) for a in args)
     assert any(a.startswith("--grpc-restricted-protocol=" + restricted) for a in args)

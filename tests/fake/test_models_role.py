@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from roles.agent import agent
 from roles.models import models
 from roles.preflight import PreflightError
 from tests.fake.fakehost import PLATFORMS, run_deploys
@@ -22,7 +23,7 @@ def small_wheelhouse(monkeypatch, tmp_path):
     """A stand-in for the controller's wheelhouse (the real build is tested in tests/unit/test_wheelhouse)."""
     (tmp_path / "tritonfleet_agent-0.1.0+t-py3-none-any.whl").write_bytes(b"wheel")
     built = wheelhouse.Wheelhouse(tmp_path, "d" * 64, "0.1.0+t")
-    monkeypatch.setattr(wheelhouse, "build", lambda: built)
+    monkeypatch.setattr(wheelhouse, "build", lambda qa_for=None: built)
     return built
 
 
@@ -32,11 +33,11 @@ def sync_lines(rec) -> list[str]:
 
 @pytest.mark.parametrize("os_key", PLATFORMS)
 def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(monkeypatch, os_key):
-    rec = run_deploys(SERVE_DEPLOY, S3, os_key, monkeypatch, responses={AGENT_PYTHON: ["3.11", "none"]})
+    rec = run_deploys(SERVE_DEPLOY, S3, os_key, monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
     assert "/opt/tritonfleet/wheelhouse/tritonfleet_agent-0.1.0+t-py3-none-any.whl" in rec.uploads
     install = [c for c in rec.commands if "agent-install.sh" in c]
     assert len(install) == 1 and install[0].endswith(f"python3 /opt/tritonfleet/venv /opt/tritonfleet/wheelhouse "
-                                                       f"{'d' * 64} 0.1.0+t")
+                                                       f"{'d' * 64} tritonfleet-agent==0.1.0+t")
     (sync,) = sync_lines(rec)
     assert sync == ("/opt/tritonfleet/venv/bin/tritonfleet-agent sync --source s3://models-bucket/prod --dest "
                     "/opt/tritonfleet/models --concurrency 16 --keep 3 --timeout 180 --region eu-west-1 "
@@ -50,13 +51,13 @@ def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(mon
 
 
 def test_an_installed_agent_is_not_reinstalled_or_uploaded_again(monkeypatch):
-    rec = run_deploys(models, S3, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "d" * 64]})
+    rec = run_deploys([agent, models], S3, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "d" * 64]})
     assert not rec.uploads and not any("agent-install.sh" in c for c in rec.commands)
 
 
 def test_a_non_default_imds_reaches_the_agent_and_poll_mode_names_no_server(monkeypatch):
     data = {**S3, "imds_endpoint": "http://10.0.0.1:8081", "triton_model_control_mode": "poll"}
-    rec = run_deploys(models, data, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "none"]})
+    rec = run_deploys([agent, models], data, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
     (sync,) = sync_lines(rec)
     assert sync.startswith("env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://10.0.0.1:8081 /opt/tritonfleet/venv/")
     assert "--server" not in sync and "--header-file" not in sync
@@ -66,10 +67,10 @@ def test_a_non_default_imds_reaches_the_agent_and_poll_mode_names_no_server(monk
 @pytest.mark.parametrize("version,shown", [("3.8", "python3 is 3.8"), ("3.13", "python3 is 3.13"),
                                            (None, "there is no python3")])
 def test_a_host_python_the_agent_cannot_run_on_is_a_preflight_error(monkeypatch, version, shown):
-    answer = [version or "none", "none"]
-    with pytest.raises(PreflightError, match=rf"@fake/h1: models_agent_python 'python3': the S3 agent needs Python "
+    answer = [version or "none", "x86_64", "none"]
+    with pytest.raises(PreflightError, match=rf"@fake/h1: agent_python 'python3': the host agent needs Python "
                                              rf"3.9 to 3.12 on the host, and {shown}"):
-        run_deploys(models, S3, "al2023", monkeypatch, responses={AGENT_PYTHON: answer})
+        run_deploys([agent, models], S3, "al2023", monkeypatch, responses={AGENT_PYTHON: answer})
 
 
 def test_direct_mode_gives_triton_the_s3_url_and_keeps_nothing_on_disk(monkeypatch):

@@ -50,7 +50,7 @@ def test_installs_offline_with_the_host_script_and_runs(built, tmp_path):
     script = (ROOT / "templates/scripts/agent-install.sh").read_text()
     env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}  # no index at all
     proc = subprocess.run(["sh", "-c", script, "agent-install.sh", HOST_PYTHON, str(venv), str(built.path),
-                           built.digest, built.version], capture_output=True, text=True, timeout=300, env=env)
+                           built.digest, f"tritonfleet-agent=={built.version}"], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert (venv / ".wheelhouse").read_text().strip() == built.digest
     out = subprocess.run([str(venv / "bin/tritonfleet-agent"), "sync", "--help"], capture_output=True, text=True,
@@ -62,3 +62,22 @@ def test_installs_offline_with_the_host_script_and_runs(built, tmp_path):
     assert "tritonfleet" in listed
     pkgs = {p.name.split("-")[0].lower() for p in (venv / "lib").glob("python3*/site-packages/*.dist-info")}
     assert "pydantic" not in pkgs and "pyinfra" not in pkgs and "tritonfleet_agent" in pkgs
+
+
+def test_the_qa_extra_installs_offline_for_this_python_and_machine(tmp_path):
+    """The per-(Python, machine) wheelhouse: the agent with numpy, tritonclient and friends, offline."""
+    import platform
+    import sys
+
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    built = wheelhouse.build((python, platform.machine()))
+    assert any(n.startswith("numpy-") and "manylinux" in n for n in built.wheels())
+    venv = tmp_path / "venv"
+    script = (ROOT / "templates/scripts/agent-install.sh").read_text()
+    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}
+    proc = subprocess.run(["sh", "-c", script, "agent-install.sh", sys.executable, str(venv), str(built.path),
+                           built.digest, f"tritonfleet-agent[qa]=={built.version}"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    subprocess.run([str(venv / "bin/python"), "-c", "import numpy, tritonclient.grpc, tritonclient.http, yaml, pydantic"],
+                   check=True, timeout=120)

@@ -15,8 +15,6 @@ import time
 from dataclasses import asdict
 from urllib.parse import urlsplit
 
-from .live import Live, Server, read_header
-from .manifest import SyncError
 from .sync import Options, Progress, Result, parse_source, run
 
 PROG = "tritonfleet-agent"
@@ -59,13 +57,13 @@ def _region(text: str) -> str:
     return text
 
 
-def _server(text: str) -> Server:
+def _server(text: str) -> tuple[str, str]:
     name, sep, url = text.partition("=")
     parts = urlsplit(url)
     if not sep or not re.match(r"^[A-Za-z0-9_.-]+$", name) or parts.scheme not in ("http", "https") \
             or not parts.netloc or parts.username or parts.password:
         raise argparse.ArgumentTypeError(f"expected NAME=http://HOST:PORT, got {text!r}")
-    return Server(name, url.rstrip("/"))
+    return name, url.rstrip("/")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,12 +188,15 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                    durable=not args.no_fsync)
     live = None
     if args.server:
+        from .live import Live, Server, read_header
+        from .manifest import SyncError
+
         try:
             header = read_header(args.header_file) if args.header_file else None
         except SyncError as exc:
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 1
-        live = Live(args.server, header, args.timeout)
+        live = Live([Server(n, u) for n, u in args.server], header, args.timeout)
     line = _Line(sys.stderr) if not args.json and sys.stderr.isatty() else None
     try:
         result = run(opts, line, live)

@@ -26,16 +26,17 @@ How a sync runs:
    The same content as an older version still on disk: ``current`` is switched back to it, no GET.
 2. Otherwise build a new version in ``versions/.staging-<id>``: files whose content (ETag and size) the
    current version already has are hard-linked from it, as are files a killed earlier sync had finished;
-   the rest is downloaded in parallel (s3transfer: ranged GETs of 8 MiB for objects over 8 MiB, every GET
-   conditional on the listed ETag, so an object replaced during the sync fails it instead of mixing).
+   the rest is downloaded in parallel (s3transfer: ranged GETs of an eighth of the largest object, 8 to 64
+   MiB, every GET conditional on the listed ETag, so an object replaced during the sync fails it instead of
+   mixing).
 3. Check every downloaded file: its size, and the md5 against the ETag (for a multipart ETag ``<hex>-N``
    the md5 of the N parts' md5s; the part size comes from HeadObject with PartNumber=1). Where the ETag is
    no md5 (SSE-KMS, SSE-C) a full-object S3 checksum (SHA256, SHA1, CRC32) is checked if the object has
    one, else the size only ("unverified" in the output). A mismatch is downloaded again (``--retries``
    attempts in all), then the sync fails and nothing is switched.
 4. Write the manifest, rename the staging tree to ``versions/<id>``, then switch ``current``: a new
-   symlink under a temporary name, renamed over ``current`` (atomic). Files and directories are fsynced
-   first (``--no-fsync`` skips that). Files are mode 0644 and directories 0755 whatever the umask, so
+   symlink under a temporary name, renamed over ``current`` (atomic). The new tree reaches the disk first
+   (one syncfs of its filesystem; ``--no-fsync`` skips that). Files are mode 0644 and directories 0755 whatever the umask, so
    Triton's user can read them.
 5. Prune: keep ``--keep`` versions, the current one included; older ones are renamed away, then deleted.
    With ``--keep 1`` the previous version goes right after the switch, maybe while Triton still reads
@@ -99,15 +100,26 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
-
-from s3transfer.subscribers import BaseSubscriber
+from typing import TYPE_CHECKING
 
 from .layout import Repo, Staging
-from .live import Live
 from .manifest import Entry, SyncError, check_paths, diff, key_to_path, model_changes
 from .verify import EMPTY_MD5, checksum_matches, etag_parts, full_object_checksum, hash_file, uniform_parts
 
-PART_SIZE = 8 * 1024 * 1024  # threshold and size of ranged GETs
+if TYPE_CHECKING:  # the live reload is imported by the command line only when servers are given
+    from .live import Live
+
+MiB = 1024 * 1024
+PART_SIZE = 8 * MiB  # the smallest range of a ranged GET
+MAX_PART_SIZE = 64 * MiB
+
+
+def range_size(largest: int) -> int:
+    """Size of the ranged GETs (and the threshold for them): an eighth of the largest object, whole MiB,
+    8 to 64 MiB. Fewer, larger ranges cost fewer requests; eight in flight still fill the link."""
+    return min(MAX_PART_SIZE, max(PART_SIZE, -(-largest // 8 // MiB) * MiB))
+
+
 _SOURCE = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?", re.DOTALL)
 
 
@@ -380,21 +392,21 @@ def _same_size(path: str, size: int) -> bool:
         return False
 
 
-class _Subscriber(BaseSubscriber):
-    """s3transfer subscriber: hands over the listed size and ETag (no HeadObject, If-Match on ranged
-    GETs) and reports progress."""
+def _subscriber(entry: Entry, progress: Progress):
+    """An s3transfer subscriber that hands over the listed size and ETag (no HeadObject, If-Match on ranged
+    GETs) and reports progress (s3transfer is imported only when something is downloaded)."""
+    from s3transfer.subscribers import BaseSubscriber
 
-    def __init__(self, entry: Entry, progress: Progress) -> None:
-        self.entry = entry
-        self.progress = progress
+    class Subscriber(BaseSubscriber):
+        def on_queued(self, future, **kwargs) -> None:
+            future.meta.provide_transfer_size(entry.size)
+            if hasattr(future.meta, "provide_object_etag"):  # s3transfer >= 0.11
+                future.meta.provide_object_etag(f'"{entry.etag}"')
 
-    def on_queued(self, future, **kwargs) -> None:
-        future.meta.provide_transfer_size(self.entry.size)
-        if hasattr(future.meta, "provide_object_etag"):  # s3transfer >= 0.11
-            future.meta.provide_object_etag(f'"{self.entry.etag}"')
+        def on_progress(self, future, bytes_transferred: int, **kwargs) -> None:
+            progress.advance(bytes_transferred)
 
-    def on_progress(self, future, bytes_transferred: int, **kwargs) -> None:
-        self.progress.advance(bytes_transferred)
+    return Subscriber()
 
 
 class _Fetcher:
@@ -418,8 +430,9 @@ class _Fetcher:
     def run(self, groups: list[list[Entry]]) -> None:
         from s3transfer.manager import TransferConfig, TransferManager
 
-        config = TransferConfig(max_request_concurrency=self.opts.concurrency, multipart_threshold=PART_SIZE,
-                                multipart_chunksize=PART_SIZE)
+        chunk = range_size(max(g[0].size for g in groups))
+        config = TransferConfig(max_request_concurrency=self.opts.concurrency, multipart_threshold=chunk,
+                                multipart_chunksize=chunk)
         pool = ThreadPoolExecutor(max_workers=self.opts.concurrency, thread_name_prefix="tf-fetch")
         try:
             # leaving the manager on an exception cancels the transfers in flight (its shutdown(cancel=True)
@@ -462,7 +475,7 @@ class _Fetcher:
             else:
                 try:
                     manager.download(self.opts.bucket, entry.key, tmp,
-                                     subscribers=[_Subscriber(entry, self.progress)]).result()
+                                     subscribers=[_subscriber(entry, self.progress)]).result()
                 except FlexibleChecksumError as exc:  # botocore's own check of an S3 checksum
                     problem = str(exc)
                     continue
@@ -471,13 +484,7 @@ class _Fetcher:
                 problem = checked
                 continue
             md5, how = checked
-            os.chmod(tmp, 0o644)
-            if self.opts.durable:
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            os.chmod(tmp, 0o644)  # flushed with the whole tree (syncfs) before the commit
             placed = replace(entry, md5=md5, verified=how)
             self.staging.place(placed, tmp, link=False)
             with self._lock:

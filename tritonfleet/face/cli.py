@@ -35,11 +35,13 @@ def status(inventory: str, previous: bool) -> None:
 def _register() -> None:
     # Sub-command groups live next to the logic they drive; importing them here keeps
     # `tritonfleet --help` complete while each module stays importable on its own.
+    from tritonfleet.face.qa import qa
     from tritonfleet.genmodel.cli import gen_model
     from tritonfleet.sandbox.cli import sandbox
 
     main.add_command(sandbox)
     main.add_command(gen_model)
+    main.add_command(qa)
 
 
 _register()

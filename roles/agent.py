@@ -1,0 +1,89 @@
+"""The host agent (``tritonfleet-agent``, ``tritonfleet/agent/``) in ``/opt/tritonfleet/venv``, for the roles
+that run it on hosts: the S3 model sync (``models_s3_uri``) and QA (``qa_suites``, which adds the
+runner's extra: numpy, tritonclient and friends).
+
+Its wheelhouse is built on the controller (``tritonfleet/wheelhouse.py``): pure wheels for every host
+Python, or, with QA, the wheels for this host's Python and machine. It is uploaded and installed with
+``pip --no-index`` (hosts need no index), again only when its content hash changes. Preflight checks that
+the host has a Python the agent runs on (3.9 to 3.12) and that the wheelhouse can be built.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pyinfra import host
+from pyinfra.api import deploy
+
+from roles.context import config_for
+from roles.facts.models import AgentState
+from roles.models import sync_mode
+from roles.operations.files import sync_tree
+from roles.operations.models import agent_install
+from tritonfleet import hostcontract as hc
+from tritonfleet import wheelhouse
+from tritonfleet.config import FieldProblem, HostConfig, Role, RoleSettings, matching
+
+
+class Settings(RoleSettings):
+    python: str = Field("python3", description=(
+        "Host interpreter (3.9 to 3.12) the agent's venv is made with, e.g. python3.11 on Amazon Linux."))
+
+    _python = field_validator("python")(matching(r"^(/[\w./-]+|python3(\.\d+)?)$",
+                                                 "expected python3, python3.X or an absolute path"))
+
+
+def wanted(cfg: HostConfig) -> tuple[bool, bool]:
+    """(the host needs the agent, with the QA extra)."""
+    qa = bool(cfg.qa.suites)
+    return sync_mode(cfg) or qa, qa
+
+
+def _state(h, cfg: HostConfig) -> dict:
+    return h.get_fact(AgentState, python=cfg.agent.python, venv=hc.AGENT_VENV)
+
+
+def _wheelhouse(cfg: HostConfig, state: dict) -> wheelhouse.Wheelhouse:
+    qa = wanted(cfg)[1]
+    return wheelhouse.build((state["python"], state["machine"]) if qa else None)
+
+
+def _host_checks(h, cfg: HostConfig) -> None:
+    need, qa = wanted(cfg)
+    if not need:
+        return
+    state = _state(h, cfg)
+    python = state["python"]
+    if python not in wheelhouse.PYTHONS:
+        have = f"{cfg.agent.python} is {python}" if python else f"there is no {cfg.agent.python}"
+        raise FieldProblem("agent_python", cfg.agent.python,
+                           f"the host agent needs Python {wheelhouse.PYTHONS[0]} to {wheelhouse.PYTHONS[-1]} on "
+                           f"the host, and {have} (install one, e.g. python3.11, and set agent_python)")
+    if qa and state["machine"] not in wheelhouse.MACHINES:
+        raise FieldProblem("qa_suites", cfg.qa.suites, f"the QA runner has no wheels for machine "
+                           f"{state['machine']!r} (supported: {', '.join(wheelhouse.MACHINES)})")
+    try:
+        _wheelhouse(cfg, state)
+    except (wheelhouse.WheelhouseError, OSError) as exc:
+        field, value = ("qa_suites", cfg.qa.suites) if qa else ("models_s3_uri", cfg.models.s3_uri)
+        raise FieldProblem(field, value, f"the host agent's wheelhouse cannot be built on this controller: "
+                           f"{exc}") from None
+
+
+ROLE = Role("agent", Settings, "the host agent (S3 model sync, QA runner), installed from a wheelhouse",
+            order=55, host_checks=_host_checks)
+
+
+@deploy("Host agent")
+def agent() -> None:
+    cfg = config_for()
+    need, qa = wanted(cfg)
+    if not need:
+        host.noop("no role here runs the host agent (models_s3_uri and qa_suites are not set)")
+        return
+    state = _state(host, cfg)
+    wh = _wheelhouse(cfg, state)
+    if state["installed"] != wh.digest:
+        sync_tree(name="Host agent wheelhouse", src=str(wh.path), dest=hc.WHEELHOUSE_DIR, exclude_suffixes=("DONE",))
+    requirement = f"{wheelhouse.PACKAGE}{'[qa]' if qa else ''}=={wh.version}"
+    agent_install(name=f"Host agent ({requirement})", python=cfg.agent.python, venv=hc.AGENT_VENV,
+                  wheelhouse=hc.WHEELHOUSE_DIR, digest=wh.digest, requirement=requirement)

@@ -1,0 +1,159 @@
+"""Accuracy QA on the hosts (README "Quality assurance"): the suites (``qa_suites``, a directory on the
+controller) run by the host agent's QA runner against the host's own Triton servers.
+
+- ``qa``: run now (``deploys/qa.py``, ``make qa``): every host in parallel; the reports are fetched to
+  ``<qa_reports_dir>/<host>/<UTC stamp>.{json,xml}`` and one fleet table is printed; the run fails when
+  any host has a failing case.
+- ``qa_schedule`` / ``qa_unschedule`` (``make qa-schedule`` / ``qa-unschedule``): a systemd timer
+  (``qa_schedule``, ``qa_schedule_random_delay``) whose service runs the same suites, keeps the reports
+  on the host, uploads them to ``<qa_reports_s3_uri>/qa/<host>/`` and writes a Prometheus textfile for
+  node_exporter (``tritonfleet_qa_last_run_timestamp_seconds``, ``tritonfleet_qa_failures``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import posixpath
+import time
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import files, python
+
+from roles.context import config_for
+from roles.operations.files import managed_files, sync_tree
+from roles.operations.qa import daemon_reload, qa_run, remove_paths
+from roles.operations.services import services
+from tritonfleet import hostcontract as hc
+from tritonfleet.config import DEFAULT_IMDS, FieldProblem, HostConfig, Role, RoleSettings, http_url, matching
+from tritonfleet.face.qa import fleet_table
+from tritonfleet.templating import render
+
+_S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$"
+
+
+class Settings(RoleSettings):
+    suites: str | None = Field(None, description=(
+        "Controller directory of QA suites (qa/<model>.yaml; see README \"Quality assurance\"); None: no QA."))
+    protocol: Literal["grpc", "http"] = Field("grpc", description="Protocol the runner talks to Triton with.")
+    reports_dir: str = Field("reports", description=(
+        "Controller directory the reports of `make qa` are fetched to (<dir>/<host>/<UTC stamp>.{json,xml})."))
+    timeout: int = Field(900, ge=30, le=86400, description="Seconds a QA run may take on a host.")
+    schedule: str = Field("hourly", description="systemd OnCalendar= of the scheduled QA (make qa-schedule).")
+    schedule_random_delay: int = Field(600, ge=0, le=86400, description=(
+        "RandomizedDelaySec= of the timer, so a fleet does not run QA all at once."))
+    reports_s3_uri: str | None = Field(None, description=(
+        "s3://bucket/prefix scheduled runs upload their reports to (<uri>/qa/<host>/); None: kept on the host."))
+    reports_s3_endpoint: str | None = Field(None, description="S3 endpoint URL for the reports; None = AWS's.")
+    reports_s3_region: str | None = Field(None, description="S3 region of the reports bucket.")
+    textfile_dir: str = Field("/var/lib/prometheus/node-exporter", description=(
+        "node_exporter textfile-collector directory the scheduled run writes tritonfleet_qa.prom into."))
+
+    _uri = field_validator("reports_s3_uri")(matching(_S3_URI, "expected s3://bucket/prefix"))
+    _endpoint = field_validator("reports_s3_endpoint")(lambda v: http_url(v))
+    _calendar = field_validator("schedule")(matching(r"^[A-Za-z0-9*:,./~ -]{1,100}$",
+                                                     "expected a systemd calendar expression, e.g. hourly"))
+    _dir = field_validator("textfile_dir")(matching(r"^/[\w./-]+$", "expected an absolute directory"))
+
+
+def _checks(cfg: HostConfig) -> None:
+    q = cfg.qa
+    if q.suites is not None and not os.path.isdir(q.suites):
+        raise FieldProblem("qa_suites", q.suites, "no such directory on the controller")
+    if not q.reports_s3_uri:
+        for key in ("reports_s3_endpoint", "reports_s3_region"):
+            if getattr(q, key):
+                raise FieldProblem(f"qa_{key}", getattr(q, key), "has no effect without qa_reports_s3_uri")
+
+
+ROLE = Role("qa", Settings, "accuracy QA: suites run on the hosts, now or on a schedule", checks=_checks, order=80)
+
+SUITES_DIR = f"{hc.OPT_DIR}/qa/suites"
+REPORTS_DIR = f"{hc.STATE_DIR}/qa/reports"
+SCHEDULED_SCRIPT = f"{hc.OPT_DIR}/qa/qa-scheduled.sh"
+UNIT = "tritonfleet-qa"
+UNIT_FILES = (f"/etc/systemd/system/{UNIT}.service", f"/etc/systemd/system/{UNIT}.timer")
+TEXTFILE = "tritonfleet_qa.prom"
+
+
+@functools.cache
+def run_stamp() -> str:
+    """One UTC stamp for every host of a run (the report names)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def run_command(cfg: HostConfig, stamp: str | None) -> list[str]:
+    """The runner's command line against this host's servers (``stamp`` None: the runner picks one)."""
+    cmd = [hc.AGENT, "qa", "run", "--suites", SUITES_DIR, "--protocol", cfg.qa.protocol, "--out", REPORTS_DIR]
+    for p in cfg.triton.placements:
+        address = f"[{p.local_address}]" if ":" in p.local_address else p.local_address
+        port = p.grpc_port if cfg.qa.protocol == "grpc" else p.http_port
+        cmd += ["--server", f"{p.name}={cfg.qa.protocol}://{address}:{port}"]
+    if stamp:
+        cmd += ["--stamp", stamp]
+    return cmd
+
+
+def _suites(cfg: HostConfig) -> bool:
+    if not cfg.qa.suites:
+        host.noop("qa_suites is not set: no QA suites for this host")
+        return False
+    sync_tree(name="QA suites", src=cfg.qa.suites, dest=SUITES_DIR)
+    return True
+
+
+@deploy("QA run")
+def qa() -> None:
+    cfg = config_for()
+    if not _suites(cfg):
+        return
+    stamp = run_stamp()
+    qa_run(name=f"QA suites on {len(cfg.triton.placements)} server(s)", command=run_command(cfg, stamp),
+           timeout=cfg.qa.timeout)
+    local = os.path.join(cfg.qa.reports_dir, host.name)
+    for ext in ("json", "xml"):
+        files.get(name=f"QA report ({ext})", src=f"{REPORTS_DIR}/{stamp}.{ext}",
+                  dest=os.path.join(local, f"{stamp}.{ext}"), create_local_dir=True)
+    python.call(name="QA fleet table", function=fleet_table, reports_dir=cfg.qa.reports_dir, stamp=stamp,
+                _run_once=True)
+
+
+def _environment(cfg: HostConfig) -> dict[str, str]:
+    if cfg.imds_endpoint != DEFAULT_IMDS:
+        return {"AWS_EC2_METADATA_SERVICE_ENDPOINT": cfg.imds_endpoint}
+    return {}
+
+
+@deploy("QA schedule")
+def qa_schedule() -> None:
+    cfg = config_for()
+    if not _suites(cfg):
+        return
+    q = cfg.qa
+    s3 = posixpath.join(q.reports_s3_uri, "qa", host.name) if q.reports_s3_uri else None
+    script = render("qa/qa-scheduled.sh.j2", run=run_command(cfg, None), agent=hc.AGENT, reports=REPORTS_DIR,
+                    s3=s3, endpoint=q.reports_s3_endpoint, region=q.reports_s3_region,
+                    textfile=posixpath.join(q.textfile_dir, TEXTFILE))
+    units = managed_files(name="QA service, timer and script", files={
+        SCHEDULED_SCRIPT: script,
+        UNIT_FILES[0]: render("qa/tritonfleet-qa.service.j2", script=SCHEDULED_SCRIPT, timeout=q.timeout,
+                              environment=_environment(cfg)),
+        UNIT_FILES[1]: render("qa/tritonfleet-qa.timer.j2", calendar=q.schedule, delay=q.schedule_random_delay),
+    })
+    files.directory(name="node_exporter textfile directory", path=q.textfile_dir, mode="755")
+    daemon_reload(name="systemd reads the changed QA units", _if=units.did_change)
+    services(name="QA timer restarted with its new schedule", units=[f"{UNIT}.timer"], restarted=True,
+             _if=units.did_change)
+    services(name="QA timer enabled and started", units=[f"{UNIT}.timer"], running=True, enabled=True)
+
+
+@deploy("QA unschedule")
+def qa_unschedule() -> None:
+    cfg = config_for()
+    services(name="QA timer stopped and disabled", units=[f"{UNIT}.timer", f"{UNIT}.service"], running=False,
+             enabled=False)
+    remove_paths(name="QA units, script and metrics removed", paths=[*UNIT_FILES, SCHEDULED_SCRIPT,
+                                                                     posixpath.join(cfg.qa.textfile_dir, TEXTFILE)])

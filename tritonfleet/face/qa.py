@@ -1,0 +1,99 @@
+"""QA reports as the fleet sees them: one table over the hosts' reports of a run (``deploys/qa.py`` prints
+it; ``tritonfleet qa table`` prints it again from ``reports/``).
+
+Rows: host, model, cases, failures, worst error (output[index] abs/rel), p99 latency. A host whose report
+is missing is a row of its own and counts as failed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+
+class QAFailed(Exception):
+    """Some host failed QA (or has no report); the message says which."""
+
+
+def load_reports(reports_dir: str, stamp: str | None = None) -> dict[str, dict | None]:
+    """``{host: report}`` of the run ``stamp`` (default: each host's newest), None where unreadable."""
+    out: dict[str, dict | None] = {}
+    root = Path(reports_dir)
+    for host_dir in sorted(p for p in root.glob("*") if p.is_dir()):
+        paths = [host_dir / f"{stamp}.json"] if stamp else sorted(host_dir.glob("*.json"))[-1:]
+        if not paths or not paths[0].is_file():
+            if stamp:
+                out[host_dir.name] = None
+            continue
+        try:
+            out[host_dir.name] = json.loads(paths[0].read_text())
+        except (OSError, ValueError):
+            out[host_dir.name] = None
+    return out
+
+
+def rows(reports: dict[str, dict | None]) -> list[dict]:
+    """One row per host and model."""
+    out = []
+    for host, report in sorted(reports.items()):
+        if report is None:
+            out.append({"host": host, "model": "-", "cases": 0, "failures": 1, "worst": "no report", "p99_ms": None})
+            continue
+        models: dict[str, list[dict]] = {}
+        for case in report.get("cases", []):
+            models.setdefault(case.get("model", "?"), []).append(case)
+        for model, cases in sorted(models.items()):
+            bad = [c for c in cases if c.get("status") in ("failed", "error")]
+            worst = max((c["worst"] for c in cases if c.get("worst")), key=lambda w: w.get("abs") or 0, default=None)
+            p99 = max((c["p99_ms"] for c in cases if c.get("p99_ms") is not None), default=None)
+            text = "-"
+            if worst:
+                index = ",".join(str(i) for i in worst.get("index") or [])
+                text = f"{worst.get('output')}[{index}] abs {worst.get('abs', 0):.3g} rel {worst.get('rel', 0):.3g}"
+            if bad:
+                text = f"{bad[0].get('message', '')[:80]}" if not worst else text
+            out.append({"host": host, "model": model, "cases": len(cases), "failures": len(bad), "worst": text,
+                        "p99_ms": p99})
+    return out
+
+
+def print_table(table_rows: list[dict], console: Console | None = None) -> None:
+    table = Table(title="QA", title_justify="left")
+    for col in ("host", "model", "cases", "failures", "worst error", "p99 ms"):
+        table.add_column(col, justify="right" if col in ("cases", "failures", "p99 ms") else "left")
+    for r in table_rows:
+        style = "red" if r["failures"] else None
+        table.add_row(r["host"], r["model"], str(r["cases"]), str(r["failures"]), r["worst"],
+                      "-" if r["p99_ms"] is None else f"{r['p99_ms']:.1f}", style=style)
+    (console or Console()).print(table)
+
+
+def fleet_table(reports_dir: str, stamp: str | None = None) -> None:
+    """Print the table of a run; raise :class:`QAFailed` naming the hosts that failed."""
+    table_rows = rows(load_reports(reports_dir, stamp))
+    print_table(table_rows)
+    failed = sorted({r["host"] for r in table_rows if r["failures"]})
+    if not table_rows:
+        raise QAFailed(f"no QA reports under {reports_dir}" + (f" for run {stamp}" if stamp else ""))
+    if failed:
+        raise QAFailed(f"QA failed on {', '.join(failed)} (reports under {reports_dir}/<host>/)")
+
+
+@click.group()
+def qa() -> None:
+    """Accuracy QA reports (run QA with `make qa`, i.e. pyinfra INVENTORY deploys/qa.py)."""
+
+
+@qa.command("table")
+@click.option("--reports", "reports_dir", default="reports", show_default=True, help="Reports directory.")
+@click.option("--stamp", default=None, help="Run stamp (default: each host's newest report).")
+def table_command(reports_dir: str, stamp: str | None) -> None:
+    """Table of the hosts' QA reports; exits non-zero when a host failed."""
+    try:
+        fleet_table(reports_dir, stamp)
+    except QAFailed as exc:
+        raise click.ClickException(str(exc)) from None
