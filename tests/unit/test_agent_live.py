@@ -182,3 +182,18 @@ def test_read_header_needs_a_name_and_a_value(tmp_path):
             live.read_header(str(f))
     f.write_text("x-key: a:b\n")
     assert live.read_header(str(f)) == ("x-key", "a:b")
+
+
+def test_switching_back_to_a_kept_version_reloads_what_differs(setup):
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", V2)
+    code, out, err = run()
+    assert code == 0, err
+    server = live.Server("triton", triton.url)
+    header = live.read_header(str(dest.parent / "header"))
+    before, outcome = live.switch_to(str(dest), v1, live.Live([server], header, 5))
+    assert before == out["version"] and os.readlink(dest / "current") == f"versions/{v1}"
+    assert triton.loaded == {"steady": b"one", "changing": b"v1", "leaving": b"bye"}
+    assert outcome.loaded == ["changing", "leaving"] and outcome.unloaded == ["arriving"]
+    with pytest.raises(live.SyncError, match="no complete version 000099"):
+        live.switch_to(str(dest), "000099-20260101T000000Z", None)

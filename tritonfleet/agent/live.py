@@ -227,3 +227,22 @@ def _remove(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def switch_to(root: str, version: str, live: Live | None) -> tuple[str | None, Outcome | None]:
+    """Point ``root/current`` at the complete version ``version`` (a rollback to a kept version), reloading
+    the servers ``live`` names like a sync does; returns (the version before, what the reload did)."""
+    repo = Repo(root)
+    with repo.locked():
+        current = repo.current()
+        if version not in repo.complete():
+            kept = ", ".join(repo.complete()) or "none"
+            raise SyncError(f"no complete version {version} in {root} (kept: {kept})")
+        served = live.served(repo, current) if live else current
+        if version != current or served != version:
+            if live:
+                live.before_switch(repo, served)
+            repo.switch(version, durable=True)
+            if live:
+                live.after_switch(repo, served, version)
+    return current, (live.outcome if live else None)

@@ -1,0 +1,49 @@
+"""The fleet table over the hosts' QA reports: rows per host and model, worst error, and failure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tritonfleet.face import qa
+
+PASS = {"model": "add_sub", "status": "passed", "worst": {"output": "OUTPUT0", "index": [0, 1], "abs": 0.0, "rel": 0.0},
+        "p50_ms": 1.0, "p99_ms": 2.5}
+FAIL = {"model": "add_sub", "status": "failed", "message": "OUTPUT0[0,3]: got 5 expected 4",
+        "worst": {"output": "OUTPUT0", "index": [0, 3], "abs": 1.0, "rel": 0.25}, "p50_ms": 1.0, "p99_ms": 3.0}
+
+
+def _write(root, host, stamp, cases):
+    d = root / host
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{stamp}.json").write_text(json.dumps({"schema": 1, "host": host, "cases": cases}))
+
+
+def test_all_passing_hosts_print_and_return(tmp_path, capsys):
+    _write(tmp_path, "a", "S1", [PASS, PASS])
+    _write(tmp_path, "b", "S1", [PASS])
+    qa.fleet_table(str(tmp_path), "S1")
+    out = capsys.readouterr().out
+    assert "add_sub" in out and "2.5" in out
+
+
+def test_a_failing_host_is_named_with_its_worst_element(tmp_path, capsys):
+    _write(tmp_path, "a", "S1", [PASS])
+    _write(tmp_path, "b", "S1", [PASS, FAIL])
+    with pytest.raises(qa.QAFailed, match=r"QA failed on b \("):
+        qa.fleet_table(str(tmp_path), "S1")
+    (row,) = [r for r in qa.rows(qa.load_reports(str(tmp_path), "S1")) if r["host"] == "b"]
+    assert row["failures"] == 1 and row["worst"].startswith("OUTPUT0[0,3] abs 1") and row["p99_ms"] == 3.0
+
+
+def test_a_host_without_the_runs_report_fails(tmp_path):
+    _write(tmp_path, "a", "S1", [PASS])
+    _write(tmp_path, "b", "S0", [PASS])  # an older run only
+    with pytest.raises(qa.QAFailed, match="QA failed on b"):
+        qa.fleet_table(str(tmp_path), "S1")
+
+
+def test_no_reports_at_all_is_a_failure(tmp_path):
+    with pytest.raises(qa.QAFailed, match="no QA reports"):
+        qa.fleet_table(str(tmp_path), None)
