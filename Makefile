@@ -12,10 +12,13 @@ TYPES     ?= inf2.xlarge,trn1.2xlarge,g5.xlarge
 INVENTORY ?= inventories/sandbox.py
 PYTEST_ARGS ?=
 ARGS      ?=
+BATCH     ?= 1
+CANARY    ?= 1
+FAIL_PERCENT ?= 0
 # Debian packages the sandbox fleet needs on the controller.
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync models serve qa qa-schedule qa-unschedule sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync models serve rollout qa qa-schedule qa-unschedule sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -26,6 +29,8 @@ help: ## List targets and their variables
 	@echo "  TYPES=$(TYPES)   instance type per host, comma separated (sandbox-up, demo)"
 	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (serve, models, qa, qa-schedule, status)"
 	@echo "  PREVIOUS=1           status: also show what a rollback would return to"
+	@echo "  BATCH=$(BATCH) CANARY=$(CANARY) FAIL_PERCENT=$(FAIL_PERCENT)   rollout: hosts per batch, canary hosts first, stop above this % failed"
+	@echo "  TARGET_GROUP=arn REGION=...   rollout: ELBv2 target group the hosts leave while they change"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
 	@echo "  ARGS=...             arguments passed through (gen-model)"
 	@echo "  VENV=$(VENV) PYTHON=$(PYTHON)"
@@ -87,6 +92,10 @@ serve: setup ## Provision and serve INVENTORY (deploys/serve.py)
 
 models: setup ## Update INVENTORY's model repositories from S3, reloading changed models live (deploys/models.py)
 	$(PYINFRA) -y $(INVENTORY) deploys/models.py
+
+rollout: setup ## Rolling rollout of deploys/serve.py over INVENTORY: BATCH, CANARY, FAIL_PERCENT, TARGET_GROUP
+	$(TF) rollout --inventory $(INVENTORY) --batch $(BATCH) --canary $(CANARY) --fail-percent $(FAIL_PERCENT) \
+	  $(if $(TARGET_GROUP),--target-group $(TARGET_GROUP)) $(if $(REGION),--region $(REGION))
 
 qa: setup ## Run the QA suites on INVENTORY's hosts now; reports to reports/<host>/ and a fleet table (deploys/qa.py)
 	$(PYINFRA) -y $(INVENTORY) deploys/qa.py

@@ -90,8 +90,9 @@ def run_command(cfg: HostConfig, stamp: str | None) -> list[str]:
     cmd = [hc.AGENT, "qa", "run", "--suites", SUITES_DIR, "--protocol", cfg.qa.protocol, "--out", REPORTS_DIR]
     for p in cfg.triton.placements:
         address = f"[{p.local_address}]" if ":" in p.local_address else p.local_address
-        port = p.grpc_port if cfg.qa.protocol == "grpc" else p.http_port
-        cmd += ["--server", f"{p.name}={cfg.qa.protocol}://{address}:{port}"]
+        cmd += ["--server", f"{p.name}=grpc://{address}:{p.grpc_port},http://{address}:{p.http_port}"]
+    if cfg.instance.is_neuron:  # suites needing more NeuronCores than the host has are skipped
+        cmd += ["--neuron-cores", str(cfg.instance.core_count)]
     if stamp:
         cmd += ["--stamp", stamp]
     return cmd

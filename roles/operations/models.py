@@ -72,3 +72,22 @@ def model_sync(command: list[str]):
         host.noop(f"model repository is {plan['version']} ({plan.get('unchanged', 0)} files), as in S3")
         return
     yield line
+
+
+@operation()
+def model_switch(dest: str, version: str, command: list[str]):
+    """
+    Switch the model repository back to a kept version with the host agent (``tritonfleet-agent switch``),
+    which reloads the running servers; nothing to do when ``current`` is that version and no reload is owed.
+
+    + dest: the repository root (models_dir)
+    + version: the version id to serve
+    + command: the agent's ``switch`` command line
+    """
+    q = shlex.quote
+    probe = (f"[ \"$(readlink {q(dest + '/current')})\" = {q('versions/' + version)} ] "
+             f"&& [ ! -e {q(dest + '/.reload-pending.json')} ]")
+    if host.get_fact(CommandSucceeds, command=probe):
+        host.noop(f"{dest} serves {version}")
+        return
+    yield " ".join(q(c) for c in command)

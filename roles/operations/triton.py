@@ -157,3 +157,13 @@ def triton_models(container: str, url: str, models_dir: str, previous: str, mode
         return
     yield script("triton-models.sh", container, url, int(timeout), models_dir, stamps, previous, *models,
                  stdin=f"{header}: {secret or ''}\n")
+
+
+@operation(is_idempotent=False)
+def refuse(message: str):
+    """
+    Fail with ``message`` (what cannot be done on this host, said where it would have happened).
+
+    + message: one line
+    """
+    yield fail(message)

@@ -35,13 +35,17 @@ def status(inventory: str, previous: bool) -> None:
 def _register() -> None:
     # Sub-command groups live next to the logic they drive; importing them here keeps
     # `tritonfleet --help` complete while each module stays importable on its own.
+    from tritonfleet.face.fleet import fleet
     from tritonfleet.face.qa import qa
+    from tritonfleet.face.rollout import rollout
     from tritonfleet.genmodel.cli import gen_model
     from tritonfleet.sandbox.cli import sandbox
 
     main.add_command(sandbox)
     main.add_command(gen_model)
     main.add_command(qa)
+    main.add_command(rollout)
+    main.add_command(fleet)
 
 
 _register()

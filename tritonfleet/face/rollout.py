@@ -1,0 +1,42 @@
+"""``tritonfleet rollout``: the rolling rollout's command line (what it does: ``tritonfleet/fleet/rollout.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--inventory", "-i", envvar="TRITONFLEET_INVENTORY", required=True, help="pyinfra inventory file.")
+@click.option("--batch", type=click.IntRange(1, 1000), default=1, show_default=True, help="Hosts per batch.")
+@click.option("--canary", type=click.IntRange(0, 1000), default=1, show_default=True,
+              help="Hosts in the first batch, alone.")
+@click.option("--fail-percent", type=click.FloatRange(0, 100), default=0, show_default=True,
+              help="Stop starting batches once failed hosts exceed this share of the fleet.")
+@click.option("--target-group", help="ELBv2 target group ARN: hosts leave it while they change.")
+@click.option("--region", help="AWS region of the target group.")
+@click.option("--deploy", default="deploys/serve.py", show_default=True, help="The deploy each host gets.")
+@click.option("--reports", "reports_dir", default="reports", show_default=True, help="Where the report goes.")
+@click.option("--limit", help="Only these hosts (comma separated).")
+@click.option("--step-timeout", type=click.IntRange(60, 86400), default=1800, show_default=True,
+              help="Seconds one pyinfra run on one host may take.")
+def rollout(inventory: str, batch: int, canary: int, fail_percent: float, target_group: str | None,
+            region: str | None, deploy: str, reports_dir: str, limit: str | None, step_timeout: int) -> None:
+    """Roll the inventory's hosts through DEPLOY: canary, then batches; each host leaves the target group,
+    is updated, passes the health gate and its QA suites, or is rolled back. Exits non-zero when a host
+    failed or the rollout stopped."""
+    from tritonfleet.fleet import rollout as ro
+
+    if not Path(deploy).is_file():
+        raise click.ClickException(f"--deploy {deploy}: no such file (run from the project checkout)")
+    opts = ro.Options(inventory=inventory, batch=batch, canary=canary, fail_percent=fail_percent,
+                      target_group=target_group, region=region, deploy=deploy, reports_dir=reports_dir,
+                      limit=[h for h in (limit or "").split(",") if h] or None, step_timeout=step_timeout)
+    try:
+        code = ro.main(opts, out=lambda line: click.echo(line, err=True))
+    except (ro.RolloutError, OSError, SyntaxError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except SystemExit as exc:  # an inventory that refuses to load
+        raise click.ClickException(str(exc)) from None
+    raise SystemExit(code)

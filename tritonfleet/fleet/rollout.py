@@ -1,0 +1,328 @@
+"""Rolling rollout of a change over a fleet (``tritonfleet rollout``, ``make rollout``), with gates and
+rollback, so a bad change never takes the fleet down.
+
+Order: the first ``canary`` hosts, then batches of ``batch`` hosts (in parallel within a batch). Per host:
+
+1. record what it serves (each server's spec from its host record, the model version ``current`` points
+   at): the rollback point;
+2. take it out of the load balancer (ELBv2 target group, when one is given) and wait for draining;
+3. apply ``deploys/serve.py`` to it (its own health gate included);
+4. QA gate: ``deploys/qa.py`` when the host has QA suites (``qa_suites``);
+5. on a failure: ``deploys/rollback.py`` with the recorded point (containers back to their recorded spec,
+   models back to their kept version), then check that it serves again; the failure is counted;
+6. back into the target group, waiting until it is healthy.
+
+New batches stop once the failed hosts exceed ``fail_percent`` of the fleet. A summary table is printed
+and ``<reports>/rollout-<UTC stamp>.json`` written; the exit code is non-zero when a host failed or the
+rollout stopped early.
+
+Interruption: pyinfra runs in sessions of their own, so Ctrl-C (SIGINT) reaches only the rollout, which
+starts nothing new, lets the hosts in flight finish their step sequence, and reports. If the rollout
+itself is killed (SIGKILL), the pyinfra runs in flight still finish (each host ends on the old or the new
+version, serving); their process ids are in ``<reports>/.rollout-running.json`` and the next rollout
+waits for them before it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tritonfleet import hostcontract as hc
+
+DEFAULT_MODELS_DIR = "/opt/tritonfleet/models"
+
+
+class RolloutError(Exception):
+    """Bad options or an inventory the rollout cannot use (one line)."""
+
+
+@dataclass
+class Options:
+    inventory: str
+    batch: int = 1
+    canary: int = 1
+    fail_percent: float = 0.0
+    target_group: str | None = None
+    region: str | None = None
+    deploy: str = "deploys/serve.py"
+    reports_dir: str = "reports"
+    limit: list[str] | None = None
+    step_timeout: float = 1800
+    root: str = "."  # where deploys/ live (the project checkout)
+
+
+@dataclass
+class HostResult:
+    host: str
+    status: str = "pending"  # "updated", "rolled back", "rollback failed", "not started"
+    failed_step: str | None = None
+    message: str = ""
+    point: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    batch: int = 0
+
+
+class Runner:
+    """Runs pyinfra for one host at a time, each in a session of its own (see the module docstring)."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.pyinfra = str(Path(sys.executable).parent / "pyinfra")
+        self.running: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self.state_file = Path(opts.reports_dir) / ".rollout-running.json"
+
+    def _save(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({str(pid): h for pid, h in self.running.items()}))
+        os.replace(tmp, self.state_file)
+
+    def run(self, deploy: str, host: str, data: dict[str, str] | None = None) -> tuple[bool, str]:
+        cmd = [self.pyinfra, "-y", self.opts.inventory, deploy, "--limit", host]
+        for key, value in (data or {}).items():
+            cmd += ["--data", f"{key}={value}"]
+        env = {**os.environ, "PYINFRA_PROGRESS": "off"}
+        proc = subprocess.Popen(cmd, cwd=self.opts.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        with self._lock:
+            self.running[proc.pid] = host
+            self._save()
+        try:
+            out, _ = proc.communicate(timeout=self.opts.step_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            out, _ = proc.communicate()
+            return False, f"{deploy} took longer than {self.opts.step_timeout:.0f}s"
+        finally:
+            with self._lock:
+                self.running.pop(proc.pid, None)
+                self._save()
+        return proc.returncode == 0, _reason(out)
+
+    def wait_for_leftovers(self, timeout: float = 1800) -> list[str]:
+        """Wait for pyinfra runs a killed rollout left behind; the hosts they were on."""
+        try:
+            left = {int(pid): host for pid, host in json.loads(self.state_file.read_text()).items()}
+        except (OSError, ValueError):
+            return []
+        deadline = time.monotonic() + timeout
+        alive = [pid for pid in left if _alive(pid)]
+        while alive and time.monotonic() < deadline:
+            time.sleep(1)
+            alive = [pid for pid in alive if _alive(pid)]
+        if alive:
+            raise RolloutError(f"pyinfra runs of an earlier rollout still running: pids {alive}")
+        return sorted(set(left.values()))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not running
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _reason(output: str) -> str:
+    """The lines of a pyinfra run that say why it failed (errors, not the whole log)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    keep = [line for line in lines if "ERROR" in line or "rror:" in line or "failed" in line.lower()
+            or "QA failed" in line]
+    return " | ".join((keep or lines)[-4:])[:600]
+
+
+def rollback_point(name: str, data: dict) -> dict:
+    """What the host serves now: ``{"servers": {name: spec}, "models_version": id | None}``."""
+    from tritonfleet.access.ssh import connect
+
+    session = connect(name, data)
+    try:
+        models_dir = data.get("models_dir") or DEFAULT_MODELS_DIR
+        rc, out, err = session.run(
+            f"for f in {hc.SERVERS_DIR}/*.json; do [ -f \"$f\" ] || continue; echo '@@record'; cat \"$f\"; done; "
+            f"echo '@@models'; readlink {models_dir}/current || true", root=True)
+        if rc != 0:
+            raise RolloutError(f"{name}: cannot read its host records: {err.strip()[:200]}")
+        servers, version = {}, None
+        for section in out.split("@@")[1:]:
+            head, _, body = section.partition("\n")
+            if head == "record":
+                record = hc.ServerRecord.from_json(body)
+                if record is not None:
+                    servers[record.name] = record.spec
+            elif head == "models" and body.strip():
+                version = body.strip().rsplit("/", 1)[-1]
+        return {"servers": servers, "models_version": version}
+    finally:
+        session.close()
+
+
+def serving(name: str, data: dict) -> bool:
+    from tritonfleet.face.status import host_status
+
+    rows = host_status(name, data)
+    return bool(rows) and all(r.get("serving") for r in rows)
+
+
+def plan(hosts: list[str], canary: int, batch: int) -> list[list[str]]:
+    """Batches in order: the canary hosts first, then groups of ``batch``."""
+    if batch < 1 or canary < 0:
+        raise RolloutError("batch must be >= 1 and canary >= 0")
+    first, rest = hosts[:canary], hosts[canary:]
+    return ([first] if first else []) + [rest[i:i + batch] for i in range(0, len(rest), batch)]
+
+
+class Rollout:
+    """One rollout over the hosts of an inventory (see the module docstring)."""
+
+    def __init__(self, opts: Options, hosts: list[tuple[str, dict]], lb=None, out=print) -> None:
+        self.opts = opts
+        self.hosts = dict(hosts)
+        self.order = [name for name, _ in hosts]
+        self.lb = lb  # tritonfleet.fleet.lb.TargetGroup or None
+        self.out = out
+        self.runner = Runner(opts)
+        self.stop_requested = False
+        self.results: dict[str, HostResult] = {name: HostResult(name) for name in self.order}
+
+    # -- one host ---------------------------------------------------------------------------------------
+
+    def roll(self, name: str, batch: int) -> HostResult:
+        r = self.results[name]
+        r.batch = batch
+        data = self.hosts[name]
+        started = time.monotonic()
+        try:
+            r.point = rollback_point(name, data)
+            if self.lb:
+                self.lb.take_out(name, data)
+            step, ok, why = "serve", *self.runner.run(self.opts.deploy, name)
+            if ok and data.get("qa_suites"):
+                step, ok, why = "qa", *self.runner.run("deploys/qa.py", name)
+            if ok:
+                r.status = "updated"
+            else:
+                r.failed_step, r.message = step, why
+                self.out(f"{name}: {step} failed, rolling back: {why}")
+                rb_ok, rb_why = self.runner.run("deploys/rollback.py", name,
+                                                {"rollback_point": json.dumps(r.point, separators=(",", ":"))})
+                back = rb_ok and serving(name, data)
+                r.status = "rolled back" if back else "rollback failed"
+                if not back:
+                    r.message += f" | rollback: {rb_why or 'the host does not serve'}"
+            if self.lb and r.status != "rollback failed":
+                self.lb.put_back(name, data)
+        except Exception as exc:  # one host's trouble is its row, not the end of the rollout
+            r.status = "rollback failed" if r.status == "pending" else r.status
+            r.failed_step = r.failed_step or "rollout"
+            r.message = f"{type(exc).__name__}: {exc}"[:600]
+        r.seconds = round(time.monotonic() - started, 1)
+        self.out(f"{name}: {r.status}" + (f" ({r.failed_step})" if r.failed_step else "") + f" in {r.seconds}s")
+        return r
+
+    # -- the fleet --------------------------------------------------------------------------------------
+
+    def failures(self) -> int:
+        return sum(1 for r in self.results.values() if r.status in ("rolled back", "rollback failed"))
+
+    def run(self) -> dict:
+        leftovers = self.runner.wait_for_leftovers()
+        if leftovers:
+            self.out(f"waited for the runs an earlier rollout left on {', '.join(leftovers)}")
+        batches = plan(self.order, self.opts.canary, self.opts.batch)
+        total = len(self.order)
+        stopped = None
+        for i, batch in enumerate(batches, 1):
+            if self.stop_requested:
+                stopped = "interrupted"
+                break
+            self.out(f"batch {i}/{len(batches)}{' (canary)' if i == 1 and self.opts.canary else ''}: {', '.join(batch)}")
+            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+                list(pool.map(lambda h, b=i: self.roll(h, b), batch))
+            if self.failures() * 100 > self.opts.fail_percent * total:
+                if i < len(batches):
+                    stopped = (f"{self.failures()} of {total} hosts failed (over fail_percent "
+                               f"{self.opts.fail_percent:g}%): no further batches")
+                break
+        for r in self.results.values():
+            if r.status == "pending":
+                r.status = "not started"
+        return {"inventory": self.opts.inventory, "deploy": self.opts.deploy,
+                "batch": self.opts.batch, "canary": self.opts.canary, "fail_percent": self.opts.fail_percent,
+                "stopped": stopped, "failures": self.failures(), "hosts": [asdict(self.results[n]) for n in self.order]}
+
+
+def write_report(report: dict, reports_dir: str) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = Path(reports_dir) / f"rollout-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path
+
+
+def print_summary(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="rollout", title_justify="left")
+    for col in ("host", "batch", "status", "failed step", "seconds", "why"):
+        table.add_column(col)
+    for h in report["hosts"]:
+        style = {"updated": None, "not started": "dim"}.get(h["status"], "red")
+        table.add_row(h["host"], str(h["batch"] or "-"), h["status"], h["failed_step"] or "-", f"{h['seconds']:.0f}",
+                      (h["message"] or "")[:120], style=style)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    if report["stopped"]:
+        console.print(f"[red]stopped: {report['stopped']}[/red]")
+
+
+def main(opts: Options, out=print) -> int:
+    """Run a rollout; 0 when every host was updated."""
+    from tritonfleet.access.inventory import load_inventory
+
+    hosts = load_inventory(opts.inventory)
+    if opts.limit:
+        unknown = sorted(set(opts.limit) - {n for n, _ in hosts})
+        if unknown:
+            raise RolloutError(f"--limit: not in {opts.inventory}: {', '.join(unknown)}")
+        hosts = [(n, d) for n, d in hosts if n in opts.limit]
+    if not hosts:
+        raise RolloutError(f"{opts.inventory}: no hosts")
+    lb = None
+    if opts.target_group:
+        from tritonfleet.fleet.lb import TargetGroup
+
+        lb = TargetGroup(opts.target_group, opts.region)
+        lb.check(hosts)
+    rollout = Rollout(opts, hosts, lb, out)
+    previous = signal.signal(signal.SIGINT, lambda *_: _interrupt(rollout, out))
+    try:
+        report = rollout.run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    path = write_report(report, opts.reports_dir)
+    print_summary(report)
+    out(f"report: {path}")
+    return 0 if not report["failures"] and not report["stopped"] else 1
+
+
+def _interrupt(rollout: Rollout, out) -> None:
+    rollout.stop_requested = True
+    out("interrupted: the hosts in flight finish their steps; no new batch starts")
