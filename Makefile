@@ -12,13 +12,19 @@ TYPES     ?= inf2.xlarge,trn1.2xlarge,g5.xlarge
 INVENTORY ?= inventories/sandbox.py
 PYTEST_ARGS ?=
 ARGS      ?=
+FLEET     ?= $(TRITONFLEET_FLEET)
+REGION    ?= $(or $(TRITONFLEET_REGION),$(AWS_REGION))
+TYPE      ?= inf2.xlarge
+COUNT     ?= 1
+SSH_CIDR  ?= $(TRITONFLEET_SSH_CIDR)
+FLEET_ARGS ?=
 BATCH     ?= 1
 CANARY    ?= 1
 FAIL_PERCENT ?= 0
 # Debian packages the sandbox fleet needs on the controller.
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync models serve rollout qa qa-schedule qa-unschedule sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -31,6 +37,13 @@ help: ## List targets and their variables
 	@echo "  PREVIOUS=1           status: also show what a rollback would return to"
 	@echo "  BATCH=$(BATCH) CANARY=$(CANARY) FAIL_PERCENT=$(FAIL_PERCENT)   rollout: hosts per batch, canary hosts first, stop above this % failed"
 	@echo "  TARGET_GROUP=arn REGION=...   rollout: ELBv2 target group the hosts leave while they change"
+	@echo "  FLEET=name           EC2 fleet (fleet-up, fleet-down, fleet-list; or TRITONFLEET_FLEET)"
+	@echo "  REGION=us-east-1     AWS region (fleet-*, rollout; or TRITONFLEET_REGION, AWS_REGION)"
+	@echo "  TYPE=$(TYPE)      instance type (fleet-up)"
+	@echo "  COUNT=$(COUNT)              instances of TYPE the fleet should have (fleet-up)"
+	@echo "  SSH_CIDR=a.b.c.d/32  who may SSH to the fleet, required (fleet-up; or TRITONFLEET_SSH_CIDR)"
+	@echo "  FLEET_ARGS=...       more fleet up options, e.g. '--triton-source-sg sg-... --models-s3-uri s3://...'"
+	@echo "  YES=1                fleet-down: do not ask for confirmation"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
 	@echo "  ARGS=...             arguments passed through (gen-model)"
 	@echo "  VENV=$(VENV) PYTHON=$(PYTHON)"
@@ -96,6 +109,15 @@ models: setup ## Update INVENTORY's model repositories from S3, reloading change
 rollout: setup ## Rolling rollout of deploys/serve.py over INVENTORY: BATCH, CANARY, FAIL_PERCENT, TARGET_GROUP
 	$(TF) rollout --inventory $(INVENTORY) --batch $(BATCH) --canary $(CANARY) --fail-percent $(FAIL_PERCENT) \
 	  $(if $(TARGET_GROUP),--target-group $(TARGET_GROUP)) $(if $(REGION),--region $(REGION))
+
+fleet-up: setup ## Launch COUNT x TYPE into EC2 fleet FLEET (REGION, SSH_CIDR, FLEET_ARGS); waits for SSH
+	$(TF) fleet up $(if $(FLEET),--fleet $(FLEET)) $(if $(REGION),--region $(REGION)) --type $(TYPE) --count $(COUNT) $(if $(SSH_CIDR),--ssh-cidr $(SSH_CIDR)) $(FLEET_ARGS)
+
+fleet-down: setup ## Remove everything tagged for EC2 fleet FLEET (REGION; YES=1 to skip the question)
+	$(TF) fleet down $(if $(FLEET),--fleet $(FLEET)) $(if $(REGION),--region $(REGION)) $(if $(YES),--yes)
+
+fleet-list: setup ## Table of FLEET's EC2 instances (every fleet's without FLEET)
+	$(TF) fleet list $(if $(FLEET),--fleet $(FLEET)) $(if $(REGION),--region $(REGION))
 
 qa: setup ## Run the QA suites on INVENTORY's hosts now; reports to reports/<host>/ and a fleet table (deploys/qa.py)
 	$(PYINFRA) -y $(INVENTORY) deploys/qa.py

@@ -92,3 +92,27 @@ def test_target_group_takes_a_host_out_and_puts_it_back():
     assert elb.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"] == []
     with pytest.raises(TargetGroupError, match="h2: instance_id: missing"):
         tg.check([("h2", {})])
+
+
+def test_rollout_asg_starts_an_instance_refresh_and_reports_its_end(monkeypatch):
+    from botocore.stub import Stubber
+    from click.testing import CliRunner
+
+    from tritonfleet.face.rollout import rollout as command
+    from tritonfleet.fleet import refresh
+
+    client = boto3.client("autoscaling", region_name="us-east-1")
+    stub = Stubber(client)
+    stub.add_response("start_instance_refresh", {"InstanceRefreshId": "r-1"},
+                      {"AutoScalingGroupName": "big", "Strategy": "Rolling",
+                       "Preferences": {"MinHealthyPercentage": 75, "SkipMatching": True,
+                                       "CheckpointPercentages": [10, 50], "CheckpointDelay": 60}})
+    stub.add_response("describe_instance_refreshes", {"InstanceRefreshes": [
+        {"InstanceRefreshId": "r-1", "Status": "Failed", "PercentageComplete": 10, "StatusReason": "health checks"}]},
+        {"AutoScalingGroupName": "big", "InstanceRefreshIds": ["r-1"]})
+    monkeypatch.setattr(boto3, "client", lambda *a, **k: client)
+    monkeypatch.setattr(refresh.time, "sleep", lambda s: None)
+    with stub:
+        result = CliRunner().invoke(command, ["--asg", "big", "--min-healthy", "75", "--checkpoints", "10,50",
+                                              "--checkpoint-delay", "60", "--region", "us-east-1"])
+    assert result.exit_code == 1 and "Failed" in result.output and "health checks" in result.output, result.output

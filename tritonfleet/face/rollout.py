@@ -8,7 +8,13 @@ import click
 
 
 @click.command()
-@click.option("--inventory", "-i", envvar="TRITONFLEET_INVENTORY", required=True, help="pyinfra inventory file.")
+@click.option("--inventory", "-i", envvar="TRITONFLEET_INVENTORY", help="pyinfra inventory file (SSH rollout).")
+@click.option("--asg", help="Auto Scaling group: roll its launch template out by an instance refresh instead.")
+@click.option("--min-healthy", type=click.IntRange(0, 100), default=90, show_default=True,
+              help="--asg: MinHealthyPercentage of the refresh.")
+@click.option("--checkpoints", default="", help="--asg: CheckpointPercentages, e.g. 10,50 (pause there).")
+@click.option("--checkpoint-delay", type=click.IntRange(0, 172800), default=None,
+              help="--asg: seconds to wait at each checkpoint.")
 @click.option("--batch", type=click.IntRange(1, 1000), default=1, show_default=True, help="Hosts per batch.")
 @click.option("--canary", type=click.IntRange(0, 1000), default=1, show_default=True,
               help="Hosts in the first batch, alone.")
@@ -21,12 +27,19 @@ import click
 @click.option("--limit", help="Only these hosts (comma separated).")
 @click.option("--step-timeout", type=click.IntRange(60, 86400), default=1800, show_default=True,
               help="Seconds one pyinfra run on one host may take.")
-def rollout(inventory: str, batch: int, canary: int, fail_percent: float, target_group: str | None,
+def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoints: str,
+            checkpoint_delay: int | None, batch: int, canary: int, fail_percent: float, target_group: str | None,
             region: str | None, deploy: str, reports_dir: str, limit: str | None, step_timeout: int) -> None:
     """Roll the inventory's hosts through DEPLOY: canary, then batches; each host leaves the target group,
     is updated, passes the health gate and its QA suites, or is rolled back. Exits non-zero when a host
-    failed or the rollout stopped."""
+    failed or the rollout stopped. With --asg, an instance refresh of the Auto Scaling group instead."""
     from tritonfleet.fleet import rollout as ro
+
+    if asg:
+        _asg(asg, region, min_healthy, checkpoints, checkpoint_delay)
+        return
+    if not inventory:
+        raise click.ClickException("--inventory (or TRITONFLEET_INVENTORY) is required without --asg")
 
     if not Path(deploy).is_file():
         raise click.ClickException(f"--deploy {deploy}: no such file (run from the project checkout)")
@@ -40,3 +53,25 @@ def rollout(inventory: str, batch: int, canary: int, fail_percent: float, target
     except SystemExit as exc:  # an inventory that refuses to load
         raise click.ClickException(str(exc)) from None
     raise SystemExit(code)
+
+
+def _asg(group: str, region: str | None, min_healthy: int, checkpoints: str, delay: int | None) -> None:
+    import boto3
+
+    from tritonfleet.fleet.refresh import start_refresh, wait_refresh
+    from tritonfleet.fleet.tags import FleetError
+
+    try:
+        points = [int(p) for p in checkpoints.split(",") if p.strip()]
+    except ValueError:
+        raise click.ClickException(f"--checkpoints {checkpoints}: expected percentages like 10,50") from None
+    client = boto3.client("autoscaling", region_name=region)
+    try:
+        refresh = start_refresh(client, group, min_healthy=min_healthy, checkpoints=points, checkpoint_delay=delay)
+        click.echo(f"{group}: instance refresh {refresh} started", err=True)
+        outcome = wait_refresh(client, group, refresh,
+                               on_progress=lambda o: click.echo(f"{group}: {o.status} {o.percent}%", err=True))
+    except FleetError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(outcome.line())
+    raise SystemExit(0 if outcome.ok else 1)

@@ -1,0 +1,166 @@
+"""Auto Scaling groups: the bundle (reproducible, verified by sha256, no secrets), the user data that
+deploys from it, the launch template and the group (moto), and their removal by ``down``."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_fleet_support import (
+    NEURON_PARAM,
+    REGION,
+    aws,  # noqa: F401 - fixture
+    image_named,
+    no_sleep,
+    put_public_parameter,
+    spec,
+)
+from tritonfleet.fleet import asg, bundle, lifecycle
+from tritonfleet.fleet.tags import FleetError, as_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+SHA = "ab" * 32
+DATA = {"models_s3_uri": "s3://models/repos/prod", "triton_models": ["resnet50"]}
+SECRETS = {"triton_repository_secret": "/tritonfleet/prod/repository-secret"}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return bundle.build_bundle(ROOT, DATA, tmp_path_factory.mktemp("bundle"), SECRETS)
+
+
+def _members(path: Path) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(path) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def test_bundle_holds_the_project_data_and_inventory(built):
+    members = _members(built.path)
+    for name in ("tritonfleet/catalog.py", "roles/triton.py", "deploys/serve.py", "templates/fleet/asg-user-data.sh.j2",
+                 "inventories/group_data/all.py", "pyproject.toml", "fleet-data.json", "inventories/fleet_local.py"):
+        assert name in members, name
+    assert members["tritonfleet/templates"].issym()
+    assert not [n for n in members if "__pycache__" in n or n.endswith(".pyc") or ".egg-info" in n]
+    assert {m.mtime for m in members.values()} == {0}
+    assert hashlib.sha256(built.path.read_bytes()).hexdigest() == built.sha256
+
+
+def test_generated_inventory_reads_data_and_secret_from_the_environment(built, tmp_path, monkeypatch):
+    with tarfile.open(built.path) as tar:
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name in (
+            "fleet-data.json", "inventories/fleet_local.py")])
+    monkeypatch.setenv("TRITONFLEET_SECRET_TRITON_REPOSITORY_SECRET", "s3cret-value-123")
+    namespace: dict = {"__file__": str(tmp_path / "inventories/fleet_local.py")}
+    exec(compile((tmp_path / "inventories/fleet_local.py").read_text(), "fleet_local.py", "exec"), namespace)
+    [(host, data)] = namespace["fleet_local"]
+    assert host == "@local"
+    assert data == {**DATA, "triton_repository_secret": "s3cret-value-123"}
+    assert "s3cret" not in built.path.read_bytes().decode("latin-1")
+
+
+def test_bundle_is_reproducible(built, tmp_path):
+    again = bundle.build_bundle(ROOT, DATA, tmp_path, SECRETS)
+    assert again.sha256 == built.sha256
+    other = bundle.build_bundle(ROOT, {**DATA, "triton_models": []}, tmp_path, SECRETS)
+    assert other.sha256 != built.sha256
+
+
+@pytest.mark.parametrize("data, secrets, message", [
+    ({"triton_repository_secret": "hunter2"}, {}, "secrets do not go into the bundle"),
+    ({}, {"triton_repository_secret": "not-a-path"}, "expected data_key=/ssm/parameter/name"),
+    ({"x": object()}, {}, "not JSON"),
+])
+def test_bundle_refuses_secrets_and_bad_data(tmp_path, data, secrets, message):
+    with pytest.raises(FleetError, match=message) as exc:
+        bundle.build_bundle(ROOT, data, tmp_path, secrets)
+    assert "hunter2" not in str(exc.value)
+
+
+def test_user_data_fetches_verifies_and_deploys(built):
+    url = "s3://fleet-bundles/prod/" + built.key_name
+    text = asg.render_user_data(url, built.sha256, REGION, secret_env=built.secret_env, secret_parameters=SECRETS)
+    assert text.startswith("#!/bin/bash\n")
+    assert f"BUNDLE_URL={url}\n" in text and f"BUNDLE_SHA256={built.sha256}\n" in text
+    assert 'sha256sum -c --quiet -' in text
+    assert '"$VENV/bin/pyinfra" -y inventories/fleet_local.py deploys/serve.py' in text
+    assert ("TRITONFLEET_SECRET_TRITON_REPOSITORY_SECRET=\"$(aws ssm get-parameter --region \"$REGION\" "
+            "--with-decryption --name /tritonfleet/prod/repository-secret") in text
+    assert "set -x" not in text
+    if shutil.which("bash"):
+        subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+def test_user_data_needs_an_s3_url_and_a_sha256():
+    with pytest.raises(FleetError, match="expected an s3:// URL and a hex sha256"):
+        asg.render_user_data("https://example.com/b.tgz", SHA, REGION)
+    with pytest.raises(FleetError, match="expected an s3:// URL"):
+        asg.render_user_data("s3://b/k", "abc", REGION)
+
+
+def test_up_asg_publishes_the_bundle_and_creates_template_and_group(aws, tmp_path):  # noqa: F811
+    put_public_parameter(NEURON_PARAM, image_named(aws, "ubuntu"))
+    aws.s3.create_bucket(Bucket="fleet-bundles")
+    subnets = tuple(sorted(s["SubnetId"] for s in aws.ec2.describe_subnets(
+        Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"])[:2])
+    result = lifecycle.up_asg(aws, spec(count=2, subnets=subnets), root=ROOT, data=DATA,
+                              bundle_s3="s3://fleet-bundles/prod", work_dir=tmp_path, secret_parameters=SECRETS)
+    # the published object is the bundle
+    key = result.bundle_url.removeprefix("s3://fleet-bundles/")
+    body = aws.s3.get_object(Bucket="fleet-bundles", Key=key)["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == result.sha256
+    # launch template: the user data carries the URL and the sha256; instances get the fleet tags
+    template_id, version = result.launch_template
+    data = aws.ec2.describe_launch_template_versions(LaunchTemplateId=template_id, Versions=[str(version)])[
+        "LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    user_data = base64.b64decode(data["UserData"]).decode()
+    assert result.bundle_url in user_data and result.sha256 in user_data
+    assert data["InstanceType"] == "inf2.xlarge" and data["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 500
+    instance_tags = {t["ResourceType"]: as_dict(t["Tags"]) for t in data["TagSpecifications"]}
+    assert instance_tags["instance"]["tritonfleet:fleet"] == "prod"
+    # the group pins that version
+    group = aws.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[result.group])["AutoScalingGroups"][0]
+    assert group["LaunchTemplate"]["Version"] == str(version)
+    assert (group["MinSize"], group["DesiredCapacity"], group["MaxSize"]) == (2, 2, 2)
+    assert sorted(group["VPCZoneIdentifier"].split(",")) == list(subnets)
+    assert as_dict(group["Tags"])["tritonfleet:fleet"] == "prod"
+    # the profile may read the bundle and the secret parameter
+    policy = aws.iam.get_role_policy(RoleName=f"tritonfleet-prod-{REGION}", PolicyName="tritonfleet-host-access")
+    document = policy["PolicyDocument"]
+    document = json.loads(document) if isinstance(document, str) else document
+    sids = {s["Sid"]: s for s in document["Statement"]}
+    assert sids["BundleRead"]["Resource"] == f"arn:aws:s3:::fleet-bundles/{key}"
+    assert sids["SecretsRead"]["Resource"] == [
+        f"arn:aws:ssm:{REGION}:123456789012:parameter/tritonfleet/prod/repository-secret"]
+
+    # same bundle again: same template version; new data: a new version the group points to
+    same = lifecycle.up_asg(aws, spec(count=2, subnets=subnets), root=ROOT, data=DATA,
+                            bundle_s3="s3://fleet-bundles/prod", work_dir=tmp_path, secret_parameters=SECRETS)
+    assert same.launch_template == result.launch_template and not same.created
+    changed = lifecycle.up_asg(aws, spec(count=2, subnets=subnets), root=ROOT, data={**DATA, "triton_models": []},
+                               bundle_s3="s3://fleet-bundles/prod", work_dir=tmp_path, secret_parameters=SECRETS)
+    assert changed.launch_template == (template_id, version + 1)
+
+    removed = lifecycle.down(aws, "prod", sleep=no_sleep)
+    assert removed["auto-scaling-groups"] == [result.group]
+    assert removed["launch-templates"] == ["tritonfleet-prod"]
+    assert not aws.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[result.group])["AutoScalingGroups"]
+
+
+def test_group_needs_subnets_and_sane_sizes(aws):  # noqa: F811
+    with pytest.raises(FleetError, match="needs subnets"):
+        asg.ensure_group(aws, "prod", ("lt-1", 1), [], desired=1)
+    with pytest.raises(FleetError, match="min 3 <= desired 2"):
+        asg.ensure_group(aws, "prod", ("lt-1", 1), ["subnet-1"], desired=2, min_size=3)
+
+
+def test_bundle_tar_is_gzip_with_no_owner(built):
+    with tarfile.open(fileobj=io.BytesIO(built.path.read_bytes()), mode="r:gz") as tar:
+        assert {(m.uid, m.gid, m.uname, m.gname) for m in tar.getmembers()} == {(0, 0, "", "")}

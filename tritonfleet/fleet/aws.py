@@ -1,0 +1,73 @@
+"""AWS clients for one region, and bounded polling."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+from tritonfleet.fleet.tags import FleetError
+
+T = TypeVar("T")
+
+
+@dataclass
+class Clients:
+    """Lazily created boto3 clients of one region (``session`` defaults to boto3's own chain:
+    environment, profile, instance profile; credentials are never read or printed here)."""
+
+    region: str
+    session: Any = None
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.region:
+            raise FleetError("no AWS region: pass --region or set TRITONFLEET_REGION")
+        if self.session is None:
+            self.session = boto3.session.Session(region_name=self.region)
+
+    def __getattr__(self, service: str) -> Any:
+        if service.startswith("_"):
+            raise AttributeError(service)
+        name = {"asg": "autoscaling"}.get(service, service)
+        if name not in self._cache:
+            self._cache[name] = self.session.client(name, region_name=self.region)
+        return self._cache[name]
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a ``ClientError`` ("" for anything else)."""
+    return exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else ""
+
+
+def one_line(exc: BaseException) -> str:
+    """An AWS exception as one line: ``Code: message`` (no request ids, no credentials)."""
+    if isinstance(exc, NoCredentialsError):
+        return "no AWS credentials found (environment, ~/.aws or an instance profile)"
+    if isinstance(exc, NoRegionError):
+        return "no AWS region: pass --region or set TRITONFLEET_REGION"
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        text = f"{err.get('Code', 'Error')}: {err.get('Message', '')}"
+    elif isinstance(exc, BotoCoreError):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())
+
+
+def poll(check: Callable[[], T | None], *, timeout: float, interval: float, what: str,
+         sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> T:
+    """Call ``check`` until it returns something other than None; FleetError after ``timeout`` seconds."""
+    deadline = clock() + timeout
+    while True:
+        result = check()
+        if result is not None:
+            return result
+        if clock() >= deadline:
+            raise FleetError(f"timed out after {timeout:.0f} s waiting for {what}")
+        sleep(interval)

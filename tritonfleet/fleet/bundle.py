@@ -1,0 +1,133 @@
+"""The fleet bundle an Auto Scaling group's instances deploy themselves from.
+
+A reproducible ``tar.gz`` of the project (``tritonfleet/``, ``roles/``, ``deploys/``, ``templates/``,
+``inventories/group_data/``, ``pyproject.toml``, ``README.md``) plus two generated files:
+``fleet-data.json`` (the hosts' data) and ``inventories/fleet_local.py`` (host ``@local`` with that data).
+Entries are sorted, with fixed times and owners, so the same tree and data give the same sha256, and an
+unchanged bundle never triggers a new launch template version.
+
+Secrets never go into the bundle: data keys that look secret are refused, and ``secret_parameters``
+maps such keys to SSM parameters the user data reads at boot (into environment variables the generated
+inventory reads).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from tritonfleet.config import looks_secret
+from tritonfleet.fleet.aws import one_line
+from tritonfleet.fleet.iam import split_s3
+from tritonfleet.fleet.tags import FleetError
+from tritonfleet.templating import render
+
+CONTENTS = ("tritonfleet", "roles", "deploys", "templates", "inventories/group_data", "pyproject.toml", "README.md")
+SKIP = re.compile(r"(^|/)(__pycache__|\.pytest_cache|\.ruff_cache|[^/]*\.egg-info)(/|$)|\.py[co]$")
+INVENTORY = "inventories/fleet_local.py"
+DATA_FILE = "fleet-data.json"
+DEPLOY = "deploys/serve.py"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    sha256: str
+    secret_env: Mapping[str, str]
+
+    @property
+    def key_name(self) -> str:
+        return f"tritonfleet-bundle-{self.sha256[:16]}.tar.gz"
+
+
+def secret_env_name(key: str) -> str:
+    """The environment variable a secret data key travels in: ``TRITONFLEET_SECRET_<KEY>``."""
+    return "TRITONFLEET_SECRET_" + re.sub(r"[^A-Z0-9]", "_", key.upper())
+
+
+def _check_data(data: Mapping[str, Any], secret_parameters: Mapping[str, str]) -> None:
+    for key, value in data.items():
+        if looks_secret(key) and value is not None:
+            raise FleetError(f"bundle data {key}: secrets do not go into the bundle; store it in SSM Parameter "
+                             f"Store and pass --secret {key}=/parameter/name")
+    for key, parameter in secret_parameters.items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key) or not str(parameter).startswith("/"):
+            raise FleetError(f"--secret {key}={parameter}: expected data_key=/ssm/parameter/name")
+    try:
+        json.dumps(dict(data))
+    except (TypeError, ValueError) as exc:
+        raise FleetError(f"bundle data is not JSON: {exc}") from None
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, payload: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(payload), mode, 0
+    tar.addfile(info, io.BytesIO(payload))
+
+
+def _members(root: Path) -> list[Path]:
+    out: list[Path] = []
+    for entry in CONTENTS:
+        path = root / entry
+        if not path.exists() and not path.is_symlink():
+            raise FleetError(f"cannot build the bundle: {path} is missing (run from the project checkout)")
+        candidates = [path]
+        if path.is_dir() and not path.is_symlink():
+            for top, dirs, files in os.walk(path):  # symlinks (tritonfleet/templates) stay links
+                candidates += [Path(top) / name for name in dirs + files]
+        out += [p for p in candidates if not SKIP.search(p.relative_to(root).as_posix())]
+    return sorted(set(out), key=lambda p: p.relative_to(root).as_posix())
+
+
+def build_bundle(root: str | Path, data: Mapping[str, Any], out_dir: str | Path,
+                 secret_parameters: Mapping[str, str] | None = None) -> Bundle:
+    """Write the bundle into ``out_dir``; returns its path and sha256."""
+    root, secret_parameters = Path(root).resolve(), dict(secret_parameters or {})
+    _check_data(data, secret_parameters)
+    secret_env = {key: secret_env_name(key) for key in sorted(secret_parameters)}
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in _members(root):
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(root).as_posix())
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = (0o755 if info.isdir() or info.mode & 0o111 else 0o644) if not info.issym() else info.mode
+            if info.isfile():
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+        _add_bytes(tar, DATA_FILE, (json.dumps(dict(data), indent=2, sort_keys=True) + "\n").encode())
+        inventory = render("fleet/local-inventory.py.j2", secret_env=secret_env, inventory=INVENTORY, deploy=DEPLOY)
+        _add_bytes(tar, INVENTORY, inventory.encode())
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, filename="") as gz:
+        gz.write(raw.getvalue())
+    payload = packed.getvalue()
+    sha = hashlib.sha256(payload).hexdigest()
+    bundle = Bundle(Path(out_dir) / f"tritonfleet-bundle-{sha[:16]}.tar.gz", sha, secret_env)
+    bundle.path.parent.mkdir(parents=True, exist_ok=True)
+    bundle.path.write_bytes(payload)
+    return bundle
+
+
+def publish_bundle(s3: Any, bundle: Bundle, s3_prefix: str) -> str:
+    """Upload the bundle under ``s3_prefix`` (S3 checks the sha256 on upload); returns its s3:// URL."""
+    bucket, prefix = split_s3(s3_prefix, "--bundle-s3")
+    key = f"{prefix}/{bundle.key_name}" if prefix else bundle.key_name
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=bundle.path.read_bytes(), ChecksumAlgorithm="SHA256",
+                      Metadata={"sha256": bundle.sha256})
+    except ClientError as exc:
+        raise FleetError(f"cannot upload the bundle to s3://{bucket}/{key}: {one_line(exc)}") from None
+    return f"s3://{bucket}/{key}"
