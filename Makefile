@@ -21,10 +21,12 @@ FLEET_ARGS ?=
 BATCH     ?= 1
 CANARY    ?= 1
 FAIL_PERCENT ?= 0
+DIR       ?= qa-selftest
+TARGET    ?= cpu
 # Debian packages the sandbox fleet needs on the controller.
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync bench-qa qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -45,7 +47,8 @@ help: ## List targets and their variables
 	@echo "  FLEET_ARGS=...       more fleet up options, e.g. '--triton-source-sg sg-... --models-s3-uri s3://...'"
 	@echo "  YES=1                fleet-down: do not ask for confirmation"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
-	@echo "  ARGS=...             arguments passed through (gen-model)"
+	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa)"
+	@echo "  DIR=$(DIR) TARGET=$(TARGET)   qa-selftest-repo: where the self-test repository goes, and its target"
 	@echo "  VENV=$(VENV) PYTHON=$(PYTHON)"
 
 $(VENV)/.installed: pyproject.toml
@@ -139,6 +142,12 @@ bench-converge: prereqs setup ## Converge cost on the sandbox at 1/3/8 hosts and
 
 bench-sync: setup ## S3 sync: tritonfleet-agent vs aws s3 sync vs s5cmd on one moto server, full and no-op (ARGS='--quick')
 	$(PY) bench/sync.py $(ARGS)
+
+bench-qa: setup ## QA runner throughput vs perf_analyzer on the real Triton (CPU); ARGS='--concurrency 9 --protocol http'
+	$(PY) bench/qa.py $(ARGS)
+
+qa-selftest-repo: setup ## Write the QA self-test model repository and suites: DIR=... TARGET=cpu|inf1|inf2|trn1|trn2
+	$(PY) -m tritonfleet.genmodel.selftest $(DIR) --target $(TARGET)
 
 bench: setup ## Benchmarks (ratios against the named peer, measured in the same run)
 	@ls bench/*.py >/dev/null 2>&1 || { echo "no benchmarks yet (bench/*.py)"; exit 0; }; \

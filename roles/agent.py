@@ -84,6 +84,7 @@ def agent() -> None:
     wh = _wheelhouse(cfg, state)
     if state["installed"] != wh.digest:
         sync_tree(name="Host agent wheelhouse", src=str(wh.path), dest=hc.WHEELHOUSE_DIR, exclude_suffixes=("DONE",))
-    requirement = f"{wheelhouse.PACKAGE}{'[qa]' if qa else ''}=={wh.version}"
+    extras = f"[{wheelhouse.qa_extras(state['python'])}]" if qa else ""
+    requirement = f"{wheelhouse.PACKAGE}{extras}=={wh.version}"
     agent_install(name=f"Host agent ({requirement})", python=cfg.agent.python, venv=hc.AGENT_VENV,
                   wheelhouse=hc.WHEELHOUSE_DIR, digest=wh.digest, requirement=requirement)

@@ -32,11 +32,14 @@ from tritonfleet.templating import render
 PYTHONS = ("3.9", "3.10", "3.11", "3.12")
 REQUIREMENTS = ("boto3>=1.34,<2",)
 #: The QA runner's extra (``tritonfleet-agent[qa]``): platform wheels, so built per host Python and machine.
-QA_REQUIREMENTS = ("numpy>=1.21", "tritonclient[grpc,http]==2.51.0", "PyYAML>=5.4", "pydantic>=2.7,<3")
+QA_REQUIREMENTS = ("numpy>=1.21,<2", "tritonclient[grpc]==2.51.*", "PyYAML>=5.4", "pydantic>=2.7,<3")
+#: ``[qa-http]``: tritonclient's HTTP client, whose geventhttpclient pin has no wheels past Python 3.11 (pip
+#: cannot pick this by a marker for another Python, so the extra is chosen per host Python: :func:`qa_extras`).
+QA_HTTP_REQUIREMENTS = ("tritonclient[http]==2.51.*",)
 #: ``uname -m`` -> the manylinux platform tags pip may pick wheels of (glibc 2.17 to 2.34: AL2023 has 2.34).
 MACHINES = {m: tuple([f"manylinux2014_{m}"] + [f"manylinux_2_{v}_{m}" for v in (17, 24, 27, 28, 31, 34)])
             for m in ("x86_64", "aarch64")}
-RECIPE = 2
+RECIPE = 3
 PACKAGE = "tritonfleet-agent"
 
 
@@ -54,17 +57,23 @@ class Wheelhouse:
         return sorted(p.name for p in self.path.glob("*.whl"))
 
 
+def qa_extras(python: str) -> str:
+    """The extras a host Python gets with QA: ``qa,qa-http`` up to 3.11, ``qa`` (gRPC only) after."""
+    return "qa,qa-http" if tuple(int(p) for p in python.split(".")) <= (3, 11) else "qa"
+
+
 def _sources() -> dict[str, bytes]:
-    """Package path -> bytes of every file the agent wheel holds."""
+    """Package path -> bytes of every file the agent wheel holds (tritonfleet.agent and .agent.qa)."""
     pkg = Path(tritonfleet.__file__).parent
     files = {"tritonfleet/__init__.py": (pkg / "__init__.py").read_bytes()}
-    for path in sorted((pkg / "agent").glob("*.py")):
-        files[f"tritonfleet/agent/{path.name}"] = path.read_bytes()
+    for sub in ("agent", "agent/qa"):
+        for path in sorted((pkg / sub).glob("*.py")):
+            files[f"tritonfleet/{sub}/{path.name}"] = path.read_bytes()
     return files
 
 
 def _key(sources: dict[str, bytes], qa_for: tuple[str, str] | None = None) -> str:
-    h = hashlib.sha256(f"{RECIPE}\n{PYTHONS}\n{REQUIREMENTS}\n{QA_REQUIREMENTS}\n".encode())
+    h = hashlib.sha256(f"{RECIPE}\n{PYTHONS}\n{REQUIREMENTS}\n{QA_REQUIREMENTS}\n{QA_HTTP_REQUIREMENTS}\n".encode())
     if qa_for:
         h.update(f"qa {qa_for[0]} {qa_for[1]}\n".encode())
     for name, data in sorted(sources.items()):
@@ -101,7 +110,8 @@ def _build_into(out: Path, sources: dict[str, bytes], version: str, qa_for: tupl
             (src / name).write_bytes(data)
         (src / "pyproject.toml").write_text(render("agent/pyproject.toml.j2", version=version,
                                                    python_min=PYTHONS[0], requirements=REQUIREMENTS,
-                                                   qa_requirements=QA_REQUIREMENTS))
+                                                   qa_requirements=QA_REQUIREMENTS,
+                                                   qa_http_requirements=QA_HTTP_REQUIREMENTS))
         isolation = [] if _has_setuptools() else ["--use-pep517"]
         no_isolation = ["--no-build-isolation"] if not isolation else []
         _pip("wheel", "--quiet", "--no-deps", *no_isolation, *isolation, "--wheel-dir", str(out), str(src))
@@ -109,7 +119,8 @@ def _build_into(out: Path, sources: dict[str, bytes], version: str, qa_for: tupl
         python, machine = qa_for
         platforms = [a for p in MACHINES[machine] for a in ("--platform", p)]
         _pip("download", "--quiet", "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
-             *platforms, "--dest", str(out), "--find-links", str(out), f"{PACKAGE}[qa]=={version}", "pip")
+             *platforms, "--dest", str(out), "--find-links", str(out), f"{PACKAGE}[{qa_extras(python)}]=={version}",
+             "pip")
         return
     # The oldest Python first, then the others from what it got when that satisfies them (one boto3 for all
     # hosts keeps the upload small), else from the index (a dependency that dropped the old Python).

@@ -8,7 +8,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from served_models import ServedModel
 
-NP_DTYPES = {"INT64": np.int64, "FP32": np.float32, "FP64": np.float64}
+from tritonfleet.agent.qa.bind import NP_DTYPES  # Triton dtype -> numpy, as the QA runner reads outputs
 
 
 def random_inputs(

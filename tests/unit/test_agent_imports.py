@@ -1,6 +1,8 @@
-"""The host-side agent runs on host Pythons 3.9 to 3.12 with boto3 and the standard library only: it
-imports nothing else (not the rest of tritonfleet, pydantic, click, rich or pyinfra) and uses no syntax or
-API newer than Python 3.9."""
+"""The host-side agent runs on host Pythons 3.9 to 3.12. Its sync side (``tritonfleet/agent/*.py``) imports
+boto3 and the standard library only; its QA runner (``tritonfleet/agent/qa/``) may also import its own
+runtime dependencies (numpy, tritonclient and grpc, PyYAML, pydantic), and the sync side loads it only
+when ``qa`` runs. Neither imports the rest of tritonfleet (nor click, rich or pyinfra), and neither uses
+syntax or API newer than Python 3.9 (pydantic evaluates annotations at run time: no ``X | Y`` there)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "tritonfleet" / "agent"
-MODULES = sorted(AGENT.glob("*.py"))
-THIRD_PARTY = {"boto3", "botocore", "s3transfer"}
+SYNC_MODULES = sorted(AGENT.glob("*.py"))
+QA_MODULES = sorted((AGENT / "qa").glob("*.py"))
+MODULES = SYNC_MODULES + QA_MODULES
+SYNC_THIRD_PARTY = {"boto3", "botocore", "s3transfer"}
+QA_THIRD_PARTY = {"numpy", "tritonclient", "grpc", "yaml", "pydantic"}
 # Python 3.10+ names an agent module could use by habit and 3.9 does not have
 NEWER_ATTRIBUTES = {"UTC", "pairwise", "bit_count", "file_digest", "StrEnum", "TaskGroup", "chdir", "batched",
                     "TypeAlias", "ParamSpec", "Concatenate", "TypeGuard", "Self", "Never", "LiteralString"}
@@ -26,35 +31,66 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))
 
 
+def _name(path: Path) -> str:
+    return str(path.relative_to(AGENT))
+
+
+def _imports(tree: ast.AST):
+    """(node, absolute-or-relative module name, level) of every import."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node, a.name, 0
+        elif isinstance(node, ast.ImportFrom):
+            yield node, node.module or "", node.level
+
+
 def test_there_are_agent_modules():
-    assert {p.name for p in MODULES} >= {"__init__.py", "cli.py", "sync.py", "manifest.py", "verify.py", "layout.py"}
+    assert {p.name for p in SYNC_MODULES} >= {"__init__.py", "cli.py", "sync.py", "manifest.py", "verify.py",
+                                              "layout.py"}
+    assert {p.name for p in QA_MODULES} >= {"__init__.py", "schema.py", "suites.py", "bind.py", "client.py",
+                                            "runner.py", "report.py", "selftest.py", "command.py"}
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_parses_as_python_3_9(path):
     _tree(path)  # a SyntaxError for match statements, parenthesized context managers, except* ...
     code = f"import ast; ast.parse(open({str(path)!r}).read(), feature_version=(3, 9))"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
-def test_imports_only_the_standard_library_boto3_and_the_agent(path):
-    for node in ast.walk(_tree(path)):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            assert node.level == 1, f"{path.name}: from {'.' * node.level}{node.module} leaves the agent"
+@pytest.mark.parametrize("path", SYNC_MODULES, ids=_name)
+def test_sync_modules_import_only_the_standard_library_boto3_and_the_agent(path):
+    tree = _tree(path)
+    for _node, name, level in _imports(tree):
+        if level:
+            assert level == 1, f"{path.name}: from {'.' * level}{name} leaves the agent"
             continue
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) else []
-        for name in names:
-            top = name.split(".")[0]
-            if top == "tritonfleet":
-                assert name == "tritonfleet.agent" or name.startswith("tritonfleet.agent."), f"{path.name}: {name}"
-            else:
-                assert top in sys.stdlib_module_names or top in THIRD_PARTY or top == "__future__", \
-                    f"{path.name} imports {name}"
+        top = name.split(".")[0]
+        if top == "tritonfleet":
+            assert name == "tritonfleet.agent" or name.startswith("tritonfleet.agent."), f"{path.name}: {name}"
+        else:
+            assert top in sys.stdlib_module_names or top in SYNC_THIRD_PARTY or top == "__future__", \
+                f"{path.name} imports {name}"
+    # the QA runner (and its dependencies) only inside the functions that run it
+    for node in tree.body:
+        for _, name, level in _imports(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ():
+            assert not (level == 1 and name.split(".")[0] == "qa"), f"{path.name}:{node.lineno}: module-level qa"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", QA_MODULES, ids=_name)
+def test_qa_modules_import_only_their_dependencies_and_the_agent(path):
+    for _node, name, level in _imports(_tree(path)):
+        if level:
+            assert level in (1, 2), f"qa/{path.name}: from {'.' * level}{name} leaves the agent"
+            continue
+        top = name.split(".")[0]
+        assert top != "tritonfleet" or name.startswith("tritonfleet.agent"), f"qa/{path.name}: {name}"
+        assert top in sys.stdlib_module_names or top in QA_THIRD_PARTY or top in ("__future__", "tritonfleet"), \
+            f"qa/{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_no_python_3_10_api(path):
     tree = _tree(path)
     annotated = any(isinstance(n, (ast.AnnAssign, ast.arg)) and n.annotation is not None or
@@ -79,14 +115,50 @@ def test_no_python_3_10_api(path):
             assert not {"tomllib", "zoneinfo._tzpath"} & set(names), f"{path.name}:{node.lineno}"
 
 
+def _has_union_operator(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr) for n in ast.walk(node))
+
+
+@pytest.mark.parametrize("path", QA_MODULES, ids=_name)
+def test_pydantic_models_and_type_aliases_have_no_union_operator(path):
+    """pydantic evaluates field annotations (and module-level aliases are evaluated anyway): ``X | None``
+    raises a TypeError on Python 3.9 there, even under ``from __future__ import annotations``."""
+    tree = _tree(path)
+    models = {"BaseModel"}
+    for node in tree.body:  # classes deriving (within the module) from pydantic's BaseModel
+        if isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) in models for b in node.bases):
+            models.add(node.name)
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign):
+                    assert not _has_union_operator(item.annotation), f"qa/{path.name}:{item.lineno}: X | Y"
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):
+            assert not _has_union_operator(node.value), f"qa/{path.name}:{node.lineno}: X | Y in a type alias"
+
+
+def _loaded(code: str) -> set[str]:
+    return set(subprocess.run([sys.executable, "-c", code + "\nprint('\\n'.join(sorted(sys.modules)))"], cwd=ROOT,
+                              check=True, capture_output=True, text=True, timeout=60).stdout.split())
+
+
 def test_importing_the_agent_loads_nothing_else():
-    """In a fresh interpreter: the agent and everything a sync imports, then what is loaded."""
-    code = ("import sys, tritonfleet.agent.cli, tritonfleet.agent.sync, tritonfleet.agent.layout, "
-            "s3transfer.manager, boto3.session\n"
-            "print('\\n'.join(sorted(sys.modules)))")
-    loaded = set(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True,
-                                timeout=60).stdout.split())
+    """In a fresh interpreter: the agent and everything a sync imports (and a parsed qa command), then what
+    is loaded."""
+    loaded = _loaded("import sys, tritonfleet.agent.cli, tritonfleet.agent.sync, tritonfleet.agent.layout, "
+                     "s3transfer.manager, boto3.session\n"
+                     "tritonfleet.agent.cli.build_parser().parse_args(['qa', 'check', '--suites', 'qa'])")
     ours = {m for m in loaded if m.split(".")[0] == "tritonfleet"}
     assert ours - {"tritonfleet"} == {m for m in ours if m.startswith("tritonfleet.agent")}, sorted(ours)
-    for banned in ("pydantic", "click", "rich", "pyinfra", "jinja2", "paramiko", "docker", "tritonclient", "yaml"):
+    assert not {m for m in ours if m.startswith("tritonfleet.agent.qa")}, sorted(ours)
+    for banned in ("pydantic", "click", "rich", "pyinfra", "jinja2", "paramiko", "docker", "tritonclient", "yaml",
+                   "numpy", "grpc"):
+        assert banned not in loaded, banned
+
+
+def test_the_qa_runner_loads_its_dependencies_only():
+    """Everything ``qa run`` imports over gRPC: no boto3, none of the controller's packages, no HTTP client."""
+    loaded = _loaded("import sys, tritonfleet.agent.qa.command, tritonfleet.agent.qa.drive, tritonclient.grpc, grpc")
+    ours = {m for m in loaded if m.split(".")[0] == "tritonfleet"}
+    assert ours - {"tritonfleet"} == {m for m in ours if m.startswith("tritonfleet.agent")}, sorted(ours)
+    for banned in ("boto3", "click", "rich", "pyinfra", "jinja2", "paramiko", "docker", "tritonclient.http", "gevent",
+                   "geventhttpclient"):
         assert banned not in loaded, banned

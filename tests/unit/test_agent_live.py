@@ -197,3 +197,16 @@ def test_switching_back_to_a_kept_version_reloads_what_differs(setup):
     assert outcome.loaded == ["changing", "leaving"] and outcome.unloaded == ["arriving"]
     with pytest.raises(live.SyncError, match="no complete version 000099"):
         live.switch_to(str(dest), "000099-20260101T000000Z", None)
+
+
+def test_switch_command_line_goes_back_and_names_a_missing_version(setup, capsys):
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", V2)
+    code, out, err = run()
+    assert code == 0, err
+    code, text, err = agent(capsys, "switch", "--dest", str(dest), "--to", v1, "--server", f"triton={triton.url}",
+                            "--header-file", str(dest.parent / "header"), "--timeout", "5")
+    assert code == 0 and f"-> {v1}; reloaded 2, unloaded 1" in text, err
+    assert triton.loaded["changing"] == b"v1"
+    code, text, err = agent(capsys, "switch", "--dest", str(dest), "--to", "000042-20260101T000000Z")
+    assert code == 1 and "no complete version 000042-20260101T000000Z" in err and "\n" not in err.strip()

@@ -47,3 +47,13 @@ def test_a_host_without_the_runs_report_fails(tmp_path):
 def test_no_reports_at_all_is_a_failure(tmp_path):
     with pytest.raises(qa.QAFailed, match="no QA reports"):
         qa.fleet_table(str(tmp_path), None)
+
+
+def test_null_errors_and_negative_cases_do_not_break_or_colour_the_table(tmp_path):
+    planted = {**FAIL, "status": "passed", "expected": "fail", "worst": {"output": "OUTPUT1", "index": [0], "abs": 7.0,
+                                                                         "rel": None}}
+    bytes_case = {**PASS, "worst": {"output": "LABEL", "index": [0], "abs": None, "rel": None}}
+    _write(tmp_path, "a", "S1", [PASS, planted, bytes_case])
+    qa.fleet_table(str(tmp_path), "S1")
+    (row,) = qa.rows(qa.load_reports(str(tmp_path), "S1"))
+    assert row["failures"] == 0 and "OUTPUT1" not in row["worst"]

@@ -34,8 +34,9 @@ def test_the_agent_wheel_holds_the_agent_only(built):
     with zipfile.ZipFile(agent) as z:
         modules = {n for n in z.namelist() if n.endswith(".py")}
         meta = z.read(next(n for n in z.namelist() if n.endswith("METADATA"))).decode()
-    assert modules == {"tritonfleet/__init__.py"} | {f"tritonfleet/agent/{p.name}"
-                                                      for p in (ROOT / "tritonfleet/agent").glob("*.py")}
+    assert modules == {"tritonfleet/__init__.py"} | {f"tritonfleet/{p.relative_to(ROOT / 'tritonfleet').as_posix()}"
+                                                      for sub in ("agent", "agent/qa")
+                                                      for p in (ROOT / "tritonfleet" / sub).glob("*.py")}
     assert "Requires-Dist: boto3" in meta and "Requires-Python: >=3.9" in meta
 
 
@@ -76,8 +77,20 @@ def test_the_qa_extra_installs_offline_for_this_python_and_machine(tmp_path):
     script = (ROOT / "templates/scripts/agent-install.sh").read_text()
     env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}
     proc = subprocess.run(["sh", "-c", script, "agent-install.sh", sys.executable, str(venv), str(built.path),
-                           built.digest, f"tritonfleet-agent[qa]=={built.version}"],
+                           built.digest, f"tritonfleet-agent[{wheelhouse.qa_extras(python)}]=={built.version}"],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr
     subprocess.run([str(venv / "bin/python"), "-c", "import numpy, tritonclient.grpc, tritonclient.http, yaml, pydantic"],
                    check=True, timeout=120)
+    out = subprocess.run([str(venv / "bin/tritonfleet-agent"), "qa", "run", "--help"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert "--suites" in out
+
+
+def test_python_3_12_hosts_get_qa_over_grpc_only():
+    """tritonclient[http] 2.51 pins a geventhttpclient with no cp312 wheels: 3.12 gets the gRPC client only."""
+    assert wheelhouse.qa_extras("3.11") == "qa,qa-http" and wheelhouse.qa_extras("3.12") == "qa"
+    built = wheelhouse.build(("3.12", "x86_64"))
+    names = built.wheels()
+    assert any(n.startswith("grpcio-") and "cp312" in n for n in names)
+    assert not any(n.startswith("geventhttpclient-") for n in names)

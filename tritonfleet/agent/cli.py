@@ -1,6 +1,9 @@
-"""``tritonfleet-agent``: the host-side agent's command line (what ``sync`` does: ``sync.py``'s docstring).
+"""``tritonfleet-agent``: the host-side agent's command line (what ``sync`` does: ``sync.py``'s docstring;
+``qa``: ``qa/command.py``'s).
 
-Exit codes: 0 done, 1 the sync failed, 2 bad arguments; every error is one line on stderr.
+Exit codes: 0 done, 1 the sync failed (qa: a check failed), 2 bad arguments (qa: or a bad suite); every
+error is one line on stderr. ``qa`` imports its dependencies (numpy, tritonclient, PyYAML, pydantic) only
+when it runs: ``sync`` never loads them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from .sync import Options, Progress, Result, parse_source, run
@@ -66,6 +70,90 @@ def _server(text: str) -> tuple[str, str]:
     return name, url.rstrip("/")
 
 
+_QA_SCHEMES = {"grpc": "grpc", "grpcs": "grpc", "http": "http", "https": "http"}
+
+
+def _qa_server(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME=URL[,URL]``: a gRPC (grpc://, grpcs://) and/or an HTTP (http://, https://) URL with a port."""
+    name, sep, rest = text.partition("=")
+    bad = argparse.ArgumentTypeError(f"expected NAME=grpc://HOST:PORT[,http://HOST:PORT], got {text!r}")
+    if not sep or not re.match(r"^[A-Za-z0-9_.-]+$", name):
+        raise bad
+    urls: dict[str, str] = {}
+    for url in rest.split(","):
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        protocol = _QA_SCHEMES.get(parts.scheme)
+        if protocol is None or not parts.hostname or port is None or parts.username or parts.password \
+                or parts.path not in ("", "/") or parts.query or protocol in urls:
+            raise bad
+        urls[protocol] = f"{parts.scheme}://{parts.netloc}"
+    return name, urls
+
+
+def _stamp(text: str) -> str:
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", text):
+        raise argparse.ArgumentTypeError(f"not a file-name-safe stamp (letters, digits, _ . -): {text!r}")
+    return text
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} is not within 0 to 3600 seconds")
+    return value
+
+
+def _qa_arguments(p: argparse.ArgumentParser, run: bool) -> None:
+    p.add_argument("--suites", action="append", default=[], metavar="DIR",
+                   help="a directory of suite files (*.yaml, *.yml, *.json) or one suite file; repeatable")
+    p.add_argument("--selftest", action="store_true", help="also the built-in Neuron self-test (add_sub, 8 configs)")
+    p.add_argument("--server", action="append", default=[], type=_qa_server, metavar="NAME=URL[,URL]",
+                   required=run, help="a Triton server: grpc://HOST:PORT and/or http://HOST:PORT; repeatable")
+    p.add_argument("--protocol", choices=("grpc", "http"),
+                   help="for cases that do not choose one (default: grpc when the server has a gRPC URL)")
+    p.add_argument("--neuron-cores", type=_whole(0, 1024), metavar="N",
+                   help="NeuronCores of this host: suites that need more are skipped (default: no limit)")
+    p.add_argument("--timeout", type=_seconds, default=30.0, metavar="S",
+                   help="seconds per request and metadata call (default 30)")
+    p.add_argument("--wait", type=_seconds, default=60.0, metavar="S",
+                   help="seconds to wait for each server to be ready (default 60)")
+    p.add_argument("--header-file", metavar="FILE",
+                   help="a header for every request, one line 'name: value' (mode 0600)")
+
+
+def _add_qa(commands) -> None:
+    qa = commands.add_parser("qa", help="accuracy QA: run suites of known inputs/outputs against local servers",
+                             description="Accuracy QA against the Triton servers of this host.")
+    sub = qa.add_subparsers(dest="qa_command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    run = sub.add_parser("run", help="check suites, send them, write OUT/<stamp>.json and .xml",
+                         description="Run QA suites. Exit 0 all passed, 1 a check failed, 2 bad suites/arguments.")
+    _qa_arguments(run, run=True)
+    run.add_argument("--out", required=True, metavar="DIR", help="writes DIR/<stamp>.json and DIR/<stamp>.xml")
+    run.add_argument("--stamp", type=_stamp, metavar="STAMP", help="report file name (default: UTC time)")
+    run.add_argument("--progress", action="store_true", help="one line per check on stderr as it finishes")
+    run.set_defaults(run=_qa, parser=run)
+    check = sub.add_parser("check", help="validate suites (against the servers' model metadata if given); "
+                                         "no inference", description="Validate QA suites without inference.")
+    _qa_arguments(check, run=False)
+    check.set_defaults(run=_qa, parser=check)
+    publish = sub.add_parser("publish", help="upload a report to S3 and/or write the Prometheus textfile",
+                             description="Publish a QA report (publish.py). Exit 0 published, 1 failed.")
+    publish.add_argument("--report", required=True, metavar="FILE", help="OUT/<stamp>.json (its .xml goes too)")
+    publish.add_argument("--s3", metavar="s3://BUCKET/PREFIX", type=_source, help="where to upload the reports")
+    publish.add_argument("--endpoint-url", type=_endpoint, metavar="URL", help="another S3 endpoint")
+    publish.add_argument("--region", type=_region, help="the bucket's region")
+    publish.add_argument("--textfile", metavar="FILE", help="node_exporter textfile to write (atomically)")
+    publish.set_defaults(run=_qa_publish, parser=publish)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Host-side agent of tritonfleet.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -96,6 +184,18 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
                       help="seconds to wait for a server to be ready, and for each model load (default 180)")
     sync.set_defaults(run=_sync, parser=sync)
+    _add_qa(commands)
+    switch = commands.add_parser("switch", help="point DIR/current back at a kept version, reloading the servers",
+                                 description="Switch the model repository to a version kept on disk (a rollback) "
+                                             "and reload what differs on the running servers.")
+    switch.add_argument("--dest", required=True, metavar="DIR", help="the repository root on the host")
+    switch.add_argument("--to", required=True, metavar="VERSION", help="a version id under DIR/versions")
+    switch.add_argument("--server", action="append", default=[], type=_server, metavar="NAME=URL",
+                        help="a Triton server (explicit model control) to reload; repeatable")
+    switch.add_argument("--header-file", metavar="FILE", help="the restricted-API header, 'name: value' (0600)")
+    switch.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
+                        help="seconds to wait for a server to be ready, and for each model load (default 180)")
+    switch.set_defaults(run=_switch, parser=switch)
     return parser
 
 
@@ -213,6 +313,72 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if result.status == "failed":
         print(f"{PROG}: error: {result.error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _qa(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if not args.suites and not args.selftest:
+        parser.error("give --suites DIR and/or --selftest")
+    names = [name for name, _ in args.server]
+    if len(set(names)) != len(names):
+        parser.error(f"--server {next(n for n in names if names.count(n) > 1)} given twice")
+    for name, urls in args.server:
+        if args.protocol and args.protocol not in urls:
+            parser.error(f"--protocol {args.protocol}: server {name} has no {args.protocol} URL")
+    out = getattr(args, "out", None)
+    if out is not None and os.path.exists(out) and not os.path.isdir(out):
+        parser.error(f"--out {out}: not a directory")
+    headers = None
+    if args.header_file:
+        from .live import read_header
+        from .manifest import SyncError
+
+        try:
+            name, value = read_header(args.header_file)
+        except SyncError as exc:
+            parser.error(str(exc))
+        headers = {name: value}
+    try:
+        from .qa import command
+    except ImportError as exc:
+        print(f"{PROG}: error: qa needs numpy, tritonclient, PyYAML and pydantic 2 on this host: {exc}",
+              file=sys.stderr)
+        return 1
+    opts = command.Options(suites=args.suites, selftest=args.selftest,
+                           servers=[command.Server(n, u) for n, u in args.server], protocol=args.protocol,
+                           out=Path(out) if out is not None else None, stamp=getattr(args, "stamp", None) or "",
+                           neuron_cores=args.neuron_cores, timeout=args.timeout, wait=args.wait, headers=headers)
+    try:
+        if args.qa_command == "check":
+            return command.check(opts, prog=PROG)
+        return command.run(opts, prog=PROG, progress=args.progress)
+    except KeyboardInterrupt:
+        print(f"{PROG}: error: interrupted", file=sys.stderr)
+        return 1
+
+
+def _qa_publish(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .publish import publish
+
+    s3 = f"s3://{args.s3[0]}/{args.s3[1]}" if args.s3 else None
+    code, line = publish(args.report, s3, args.endpoint_url, args.region, args.textfile)
+    print(line if code == 0 else f"{PROG}: error: {line}", file=sys.stdout if code == 0 else sys.stderr)
+    return code
+
+
+def _switch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .live import Live, Server, read_header, switch_to
+    from .manifest import SyncError
+
+    try:
+        header = read_header(args.header_file) if args.header_file else None
+        live = Live([Server(n, u) for n, u in args.server], header, args.timeout) if args.server else None
+        before, outcome = switch_to(args.dest, args.to, live)
+    except (SyncError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    reloaded = f"; reloaded {len(outcome.loaded)}, unloaded {len(outcome.unloaded)}" if outcome else ""
+    print(f"{args.dest}/current: {before or '-'} -> {args.to}{reloaded}")
     return 0
 
 

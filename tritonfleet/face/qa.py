@@ -48,17 +48,24 @@ def rows(reports: dict[str, dict | None]) -> list[dict]:
             models.setdefault(case.get("model", "?"), []).append(case)
         for model, cases in sorted(models.items()):
             bad = [c for c in cases if c.get("status") in ("failed", "error")]
-            worst = max((c["worst"] for c in cases if c.get("worst")), key=lambda w: w.get("abs") or 0, default=None)
+            # the worst error of the cases meant to pass (a negative case's planted error is no finding)
+            graded = [c for c in cases if c.get("worst") and (c.get("expected", "pass") == "pass")]
+            worst = max((c["worst"] for c in graded), key=lambda w: w.get("abs") or 0, default=None)
             p99 = max((c["p99_ms"] for c in cases if c.get("p99_ms") is not None), default=None)
             text = "-"
             if worst:
                 index = ",".join(str(i) for i in worst.get("index") or [])
-                text = f"{worst.get('output')}[{index}] abs {worst.get('abs', 0):.3g} rel {worst.get('rel', 0):.3g}"
+                text = f"{worst.get('output')}[{index}] abs {_num(worst.get('abs'))} rel {_num(worst.get('rel'))}"
             if bad:
                 text = f"{bad[0].get('message', '')[:80]}" if not worst else text
             out.append({"host": host, "model": model, "cases": len(cases), "failures": len(bad), "worst": text,
                         "p99_ms": p99})
     return out
+
+
+def _num(value) -> str:
+    """A number as the table shows it; ``-`` where the report has none (not finite, BYTES outputs)."""
+    return "-" if value is None else f"{value:.3g}"
 
 
 def print_table(table_rows: list[dict], console: Console | None = None) -> None:

@@ -24,6 +24,11 @@ def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
         "models_s3_endpoint": layout.s3_endpoint(),
         "models_s3_region": layout.S3_REGION,
         "models_s3_uri": f"s3://{layout.S3_BUCKET}/{layout.S3_PREFIX}",
+        # QA: the sample model's suite, reports of scheduled runs into the sandbox's S3
+        "qa_suites": str(layout.QA_SUITES),
+        "qa_reports_s3_uri": f"s3://{layout.S3_BUCKET}/qa-reports",
+        "qa_reports_s3_endpoint": layout.s3_endpoint(),
+        "qa_reports_s3_region": layout.S3_REGION,
         "triton_image_source": "archive",
         "triton_repository_secret": state.get("repository_secret"),
         "triton_image": "tritonfleet-sandbox/tritonserver:2.51.0-sandbox",

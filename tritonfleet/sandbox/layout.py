@@ -36,6 +36,8 @@ CACHE_DIR = Path(os.environ.get("TRITONFLEET_CACHE", "/var/cache/tritonfleet"))
 STATE_DIR = Path(os.environ.get("TRITONFLEET_SANDBOX_DIR", "/var/lib/tritonfleet/sandbox"))
 FILES = Path(__file__).parent / "files"
 SAMPLES = Path(__file__).parent / "samples"
+#: QA suites of the sample repository (the sandbox inventory's qa_suites)
+QA_SUITES = Path(__file__).parent / "qa"
 
 
 class SandboxError(RuntimeError):
