@@ -118,8 +118,9 @@ def qa() -> None:
     for ext in ("json", "xml"):
         files.get(name=f"QA report ({ext})", src=f"{REPORTS_DIR}/{stamp}.{ext}",
                   dest=os.path.join(local, f"{stamp}.{ext}"), create_local_dir=True)
+    ran = sorted(h.name for h in host.state.inventory.iter_activated_hosts())  # this run's hosts (--limit)
     python.call(name="QA fleet table", function=fleet_table, reports_dir=cfg.qa.reports_dir, stamp=stamp,
-                _run_once=True)
+                hosts=ran, _run_once=True)
 
 
 def _environment(cfg: HostConfig) -> dict[str, str]:

@@ -141,7 +141,8 @@ def test_a_host_failing_its_qa_gate_is_rolled_back_and_the_others_end_on_v2(repo
                                 "--fail-percent", "25")
     assert proc.returncode != 0, proc.stdout + proc.stderr
     status = {h["host"]: h["status"] for h in report["hosts"]}
-    assert status == {"inf2": "updated", "trn1": "updated", "gpu": "rolled back", "scratch": "updated"}, report
+    assert status == {"inf2": "updated", "trn1": "updated", "gpu": "rolled back", "scratch": "updated"}, \
+        [(h["host"], h["status"], h["failed_step"], h["message"]) for h in report["hosts"]]
     (gpu,) = [h for h in report["hosts"] if h["host"] == BAD]
     assert gpu["failed_step"] == "qa" and "QA failed" in gpu["message"]
     for host in ("inf2", "trn1", "scratch"):

@@ -57,3 +57,11 @@ def test_null_errors_and_negative_cases_do_not_break_or_colour_the_table(tmp_pat
     qa.fleet_table(str(tmp_path), "S1")
     (row,) = qa.rows(qa.load_reports(str(tmp_path), "S1"))
     assert row["failures"] == 0 and "OUTPUT1" not in row["worst"]
+
+
+def test_a_run_limited_to_some_hosts_judges_only_those(tmp_path):
+    _write(tmp_path, "a", "S0", [PASS])  # an earlier run's host, not in this one
+    _write(tmp_path, "b", "S1", [PASS])
+    qa.fleet_table(str(tmp_path), "S1", hosts=["b"])
+    with pytest.raises(qa.QAFailed, match="QA failed on c"):
+        qa.fleet_table(str(tmp_path), "S1", hosts=["b", "c"])

@@ -104,7 +104,15 @@ from typing import TYPE_CHECKING
 
 from .layout import Repo, Staging
 from .manifest import Entry, SyncError, check_paths, diff, key_to_path, model_changes
-from .verify import EMPTY_MD5, checksum_matches, etag_parts, full_object_checksum, hash_file, uniform_parts
+from .verify import (
+    EMPTY_MD5,
+    checksum_matches,
+    etag_parts,
+    full_object_checksum,
+    guess_parts,
+    hash_file,
+    uniform_parts,
+)
 
 if TYPE_CHECKING:  # the live reload is imported by the command line only when servers are given
     from .live import Live
@@ -504,9 +512,18 @@ class _Fetcher:
             return f"downloaded {size} bytes, expected {entry.size}"
         etag = entry.etag.lower()
         parts = etag_parts(etag)
-        md5, got = hash_file(path, self._uniform_parts(entry, parts) if parts else None)
+        # multipart: first the part size SDKs use (whole MiB, the smallest giving N parts), which needs no
+        # HeadObject; then the size of part 1 as S3 reports it
+        guess = guess_parts(entry.size, parts) if parts else None
+        md5, got = hash_file(path, guess or (self._uniform_parts(entry, parts) if parts else None))
         if parts is not None and got == etag:
             return md5, "multipart-md5" if parts else "md5"
+        if guess:
+            sizes = self._uniform_parts(entry, parts)
+            if sizes and sizes != guess:
+                md5, got = hash_file(path, sizes)
+                if got == etag:
+                    return md5, "multipart-md5"
         # No match: a corrupt download, parts of several sizes, or an ETag that is no md5 at all
         head = self._head(entry.key)
         if head.get("ETag", "").strip('"') != entry.etag:

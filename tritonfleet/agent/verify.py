@@ -39,6 +39,18 @@ def uniform_parts(size: int, first: int, count: int) -> list[int] | None:
     return [first] * (count - 1) + [last]
 
 
+def guess_parts(size: int, count: int) -> list[int] | None:
+    """The part sizes of ``size`` bytes uploaded in ``count`` parts of a whole number of MiB, the smallest
+    such size (what SDKs do: boto3 8 MiB, the CLI's default chunk size): a guess a check can confirm
+    without asking S3 (a wrong guess simply does not match)."""
+    mib = 1 << 20
+    if count < 2 or size <= 0:
+        return None
+    first = -(-size // count)  # the smallest part size giving at most count parts
+    first = -(-first // mib) * mib
+    return uniform_parts(size, first, count)
+
+
 def _whole_md5(path: str) -> str:
     h = _md5()
     with open(path, "rb") as f:

@@ -19,11 +19,14 @@ class QAFailed(Exception):
     """Some host failed QA (or has no report); the message says which."""
 
 
-def load_reports(reports_dir: str, stamp: str | None = None) -> dict[str, dict | None]:
-    """``{host: report}`` of the run ``stamp`` (default: each host's newest), None where unreadable."""
+def load_reports(reports_dir: str, stamp: str | None = None,
+                 hosts: list[str] | None = None) -> dict[str, dict | None]:
+    """``{host: report}`` of the run ``stamp`` (default: each host's newest), None where unreadable; only
+    ``hosts`` when given (a run limited to some hosts), each of which must then have one."""
     out: dict[str, dict | None] = {}
     root = Path(reports_dir)
-    for host_dir in sorted(p for p in root.glob("*") if p.is_dir()):
+    dirs = [root / h for h in hosts] if hosts is not None else sorted(p for p in root.glob("*") if p.is_dir())
+    for host_dir in dirs:
         paths = [host_dir / f"{stamp}.json"] if stamp else sorted(host_dir.glob("*.json"))[-1:]
         if not paths or not paths[0].is_file():
             if stamp:
@@ -79,9 +82,10 @@ def print_table(table_rows: list[dict], console: Console | None = None) -> None:
     (console or Console()).print(table)
 
 
-def fleet_table(reports_dir: str, stamp: str | None = None) -> None:
-    """Print the table of a run; raise :class:`QAFailed` naming the hosts that failed."""
-    table_rows = rows(load_reports(reports_dir, stamp))
+def fleet_table(reports_dir: str, stamp: str | None = None, hosts: list[str] | None = None) -> None:
+    """Print the table of a run (of ``hosts``, when given); raise :class:`QAFailed` naming the hosts that
+    failed."""
+    table_rows = rows(load_reports(reports_dir, stamp, hosts))
     print_table(table_rows)
     failed = sorted({r["host"] for r in table_rows if r["failures"]})
     if not table_rows:
