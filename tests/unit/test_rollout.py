@@ -33,7 +33,7 @@ def fake(monkeypatch, tmp_path, failing: dict[str, str], fail_percent: float, ba
     monkeypatch.setattr(ro.Runner, "run", run)
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {"triton": f"spec-{name}"},
                                                                  "models_version": None})
-    monkeypatch.setattr(ro, "serving", lambda name, data: True)
+    monkeypatch.setattr(ro, "serving", lambda name, data: (True, ""))
     opts = ro.Options(inventory="inv.py", batch=batch, canary=1, fail_percent=fail_percent,
                       reports_dir=str(tmp_path))
     return ro.Rollout(opts, HOSTS, out=lambda line: None), calls
@@ -63,7 +63,7 @@ def test_over_fail_percent_no_further_batch_starts(monkeypatch, tmp_path):
 
 def test_a_rollback_that_does_not_bring_the_host_back_says_so(monkeypatch, tmp_path):
     rollout, calls = fake(monkeypatch, tmp_path, {"h1": "serve"}, fail_percent=100)
-    monkeypatch.setattr(ro, "serving", lambda name, data: name != "h1")
+    monkeypatch.setattr(ro, "serving", lambda name, data: (name != "h1", "triton: exited, ready: -"))
     report = rollout.run()
     (h1,) = [h for h in report["hosts"] if h["host"] == "h1"]
     assert h1["status"] == "rollback failed" and "does not serve" in h1["message"]

@@ -173,11 +173,20 @@ def rollback_point(name: str, data: dict) -> dict:
         session.close()
 
 
-def serving(name: str, data: dict) -> bool:
+def serving(name: str, data: dict, timeout: float = 120) -> tuple[bool, str]:
+    """(every server of the host serves, what the last look saw), asking Docker and Triton like
+    ``tritonfleet status`` until they do or ``timeout`` passes."""
     from tritonfleet.face.status import host_status
 
-    rows = host_status(name, data)
-    return bool(rows) and all(r.get("serving") for r in rows)
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = host_status(name, data)
+        if rows and all(r.get("serving") for r in rows):
+            return True, ""
+        if time.monotonic() > deadline:
+            return False, "; ".join(r.get("error") or f"{r.get('server')}: {r.get('state')}, ready: {r.get('ready_models')}"
+                                    for r in rows) or "no servers"
+        time.sleep(3)
 
 
 def plan(hosts: list[str], canary: int, batch: int) -> list[list[str]]:
@@ -222,10 +231,10 @@ class Rollout:
                 self.out(f"{name}: {step} failed, rolling back: {why}")
                 rb_ok, rb_why = self.runner.run("deploys/rollback.py", name,
                                                 {"rollback_point": json.dumps(r.point, separators=(",", ":"))})
-                back = rb_ok and serving(name, data)
+                back, seen = serving(name, data) if rb_ok else (False, "")
                 r.status = "rolled back" if back else "rollback failed"
                 if not back:
-                    r.message += f" | rollback: {rb_why or 'the host does not serve'}"
+                    r.message += f" | rollback: {rb_why if not rb_ok else 'the host does not serve: ' + seen}"
             if self.lb and r.status != "rollback failed":
                 self.lb.put_back(name, data)
         except Exception as exc:  # one host's trouble is its row, not the end of the rollout
