@@ -168,6 +168,7 @@ class Live:
             return
         old, new = repo.manifest(served), repo.manifest(current)
         changes = model_changes(old, new, diff(old, new))
+        _fresh(repo, current, changes["added"] + changes["changed"])
         out = self.outcome
         out.servers = [c.server.name for c in self.running]
         loaded: set[str] = set()
@@ -195,6 +196,7 @@ class Live:
             raise SyncError("; ".join(f"model {m}: {r}" for m, r in sorted(out.failed.items())))
 
     def _roll_back(self, repo: Repo, served: str, changes: dict[str, list[str]], loaded: set[str]) -> None:
+        _fresh(repo, served, sorted(loaded | set(changes["changed"])))
         repo.switch(served, durable=True)
         self.outcome.rolled_back = True
         problems = []
@@ -211,6 +213,17 @@ class Live:
             raise SyncError(f"model(s) {', '.join(sorted(self.outcome.failed))} did not load "
                             f"({'; '.join(self.outcome.failed.values())}); switching back to {served} left "
                             f"problems: {'; '.join(problems)}")
+
+
+def _fresh(repo: Repo, version: str, models: list[str]) -> None:
+    """Make each model's directory in ``version`` newer than anything Triton has loaded: Triton reloads a
+    model only when its directory tree is newer than when it last loaded it, and an older version's files
+    (switching back) are older. Directories are per version (files are shared hard links), so only
+    ``version`` is touched."""
+    for model in models:
+        path = os.path.join(repo.path(version), model)
+        if os.path.isdir(path):
+            os.utime(path)
 
 
 def _write_json(path: str, data: dict) -> None:
