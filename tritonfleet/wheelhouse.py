@@ -22,6 +22,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,8 +146,19 @@ def _has_setuptools() -> bool:
     return True
 
 
+#: One build at a time in this process. pyinfra runs under gevent, where this lock (threading is patched)
+#: yields to other greenlets while another builds; a second flock of the cache by the same process would
+#: block the whole process instead, with the first build unable to finish.
+_BUILDING = threading.Lock()
+
+
 @functools.cache
 def build(qa_for: tuple[str, str] | None = None) -> Wheelhouse:
+    with _BUILDING:
+        return _build(qa_for)
+
+
+def _build(qa_for: tuple[str, str] | None) -> Wheelhouse:
     """The wheelhouse for the agent as it is in this checkout (built once, then from the cache): pure
     wheels for every supported host Python, or with ``qa_for=(python, machine)`` the agent with its QA
     extra for that host Python (``"3.11"``) and machine (``uname -m``)."""
@@ -172,7 +185,16 @@ def build(qa_for: tuple[str, str] | None = None) -> Wheelhouse:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def _locked(path: Path, timeout: float = 1800):
+    """The cache's lock against other processes, waited for without blocking the process (gevent)."""
     with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise WheelhouseError(f"{path} is held by another process for over {timeout:.0f}s") from None
+                time.sleep(0.2)
         yield
