@@ -161,8 +161,10 @@ class Live:
         if self.running and served:
             _write_json(os.path.join(repo.root, PENDING), {"served": served})
 
-    def after_switch(self, repo: Repo, served: str | None, current: str) -> None:
-        """Reload ``served`` -> ``current`` on the running servers; roll back on a failed load."""
+    def after_switch(self, repo: Repo, served: str | None, current: str, back: bool = False) -> None:
+        """Reload ``served`` -> ``current`` on the running servers; roll back on a failed load. ``back``: the
+        switch goes back to an older version (a rollback), whose changed models are unloaded before they
+        are loaded, so the server cannot keep the newer ones (this host is out of service meanwhile)."""
         if not self.running or not served or served == current:
             _remove(os.path.join(repo.root, PENDING))
             return
@@ -174,6 +176,8 @@ class Live:
         loaded: set[str] = set()
         for model in changes["added"] + changes["changed"]:
             for c in self.running:
+                if back and model in changes["changed"]:
+                    c.unload(model)
                 reason = c.load(model)
                 if reason is None:
                     loaded.add(model)
@@ -205,6 +209,8 @@ class Live:
                 if model in changes["added"]:
                     reason = c.unload(model)
                 else:
+                    if model in loaded:  # it runs the newer files: make the server drop them
+                        c.unload(model)
                     reason = c.load(model)
                 if reason is not None:
                     problems.append(f"{c.server.name} {model}: {reason}")
@@ -257,5 +263,5 @@ def switch_to(root: str, version: str, live: Live | None) -> tuple[str | None, O
                 live.before_switch(repo, served)
             repo.switch(version, durable=True)
             if live:
-                live.after_switch(repo, served, version)
+                live.after_switch(repo, served, version, back=True)
     return current, (live.outcome if live else None)
