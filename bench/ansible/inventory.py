@@ -83,13 +83,13 @@ def container_params(name: str, image: str, run_args: list[str], command: list[s
             p["devices"].append(value)
         elif flag == "--gpus":
             spec = value.strip('"')
-            if spec == "all":
-                p["device_requests"] = [{"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}]
-            elif spec.startswith("device="):
-                p["device_requests"] = [{"driver": "nvidia", "device_ids": spec[7:].split(","),
-                                         "capabilities": [["gpu"]]}]
-            else:
+            # exactly as the docker CLI sends --gpus (docker_container compares every field: "" is not None)
+            request = {"driver": "", "count": -1, "capabilities": [["gpu"]], "options": {}}
+            if spec.startswith("device="):
+                request.update(count=0, device_ids=spec[7:].split(","))
+            elif spec != "all":
                 raise ValueError(f"--gpus {value}: not a device list")
+            p["device_requests"] = [request]
         elif flag == "--ulimit":
             kind, _, limits = value.partition("=")
             soft, _, hard = limits.partition(":")
