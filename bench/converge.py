@@ -192,9 +192,11 @@ def ansible_env(config: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update({"ANSIBLE_CONFIG": str(CONFIGS[config]), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
                 "PYTHONUNBUFFERED": "1"})
+    # ControlMaster sockets of each config in their own directory (not ~/.ansible/cp), so the bench can close
+    # them when it resets hosts; the defaults keep Ansible's ssh_args (ControlPersist=60s)
+    env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(ANSIBLE_VENV / f"cp-{config}")
     if config == "tuned":
         env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(ANSIBLE_VENV / "facts")
-        env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(ANSIBLE_VENV / "cp")
     return env
 
 
@@ -243,11 +245,13 @@ def ssh_execs(output: str, ips: dict[str, str]) -> tuple[float, float]:
 
 
 def reset_control_masters() -> None:
-    """Close the tuned runs' ControlMaster connections and drop the fact cache (hosts were reset)."""
-    for sock in (ANSIBLE_VENV / "cp").glob("*"):
-        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"], capture_output=True, timeout=10)
+    """Close the bench's ControlMaster connections and drop the fact cache (hosts were reset: a master to a
+    host that is gone would hang until its keepalives give up)."""
+    for config in CONFIGS:
+        for sock in (ANSIBLE_VENV / f"cp-{config}").glob("*"):
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"], capture_output=True, timeout=10)
     shutil.rmtree(ANSIBLE_VENV / "facts", ignore_errors=True)
-    for d in ("facts", "cp"):
+    for d in ("facts", *(f"cp-{config}" for config in CONFIGS)):
         (ANSIBLE_VENV / d).mkdir(parents=True, exist_ok=True)
 
 
