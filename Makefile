@@ -24,9 +24,10 @@ FAIL_PERCENT ?= 0
 DIR       ?= qa-selftest
 TARGET    ?= cpu
 # Debian packages the sandbox fleet needs on the controller.
-APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps
+# prometheus: the sandbox's Prometheus (README "Monitoring"; its checks of the dashboards)
+APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync bench-qa qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync bench-qa qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -35,8 +36,10 @@ help: ## List targets and their variables
 	@echo "Variables:"
 	@echo "  HOSTS=$(HOSTS)           number of sandbox hosts (sandbox-up)"
 	@echo "  TYPES=$(TYPES)   instance type per host, comma separated (sandbox-up, demo)"
-	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (serve, models, qa, qa-schedule, status)"
+	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (serve, models, qa, qa-schedule, monitoring, status)"
 	@echo "  PREVIOUS=1           status: also show what a rollback would return to"
+	@echo "  PROMETHEUS=url       status: exporters up or not, read from this Prometheus"
+	@echo "  OUT=monitoring       monitoring-targets: directory of the target files and prometheus.yml"
 	@echo "  BATCH=$(BATCH) CANARY=$(CANARY) FAIL_PERCENT=$(FAIL_PERCENT)   rollout: hosts per batch, canary hosts first, stop above this % failed"
 	@echo "  TARGET_GROUP=arn REGION=...   rollout: ELBv2 target group the hosts leave while they change"
 	@echo "  FLEET=name           EC2 fleet (fleet-up, fleet-down, fleet-list; or TRITONFLEET_FLEET)"
@@ -131,8 +134,14 @@ qa-schedule: setup ## Scheduled QA on INVENTORY's hosts: systemd timer, reports 
 qa-unschedule: setup ## Remove scheduled QA from INVENTORY's hosts
 	$(PYINFRA) -y $(INVENTORY) deploys/qa_unschedule.py
 
-status: setup ## Table of every host and Triton server in INVENTORY (PREVIOUS=1: rollback targets too)
-	$(TF) status --inventory $(INVENTORY) $(if $(PREVIOUS),--previous)
+monitoring: setup ## Prometheus exporters on INVENTORY's hosts (node; neuron-monitor; DCGM) (deploys/monitoring.py)
+	$(PYINFRA) -y $(INVENTORY) deploys/monitoring.py
+
+monitoring-targets: setup ## Prometheus file_sd targets and a prometheus.yml for INVENTORY into OUT (default monitoring/)
+	$(TF) monitoring targets --inventory $(INVENTORY) --out $(or $(OUT),monitoring) --scrape-config
+
+status: setup ## Table of every host and Triton server in INVENTORY (PREVIOUS=1: rollback targets; PROMETHEUS=url: exporters)
+	$(TF) status --inventory $(INVENTORY) $(if $(PREVIOUS),--previous) $(if $(PROMETHEUS),--prometheus $(PROMETHEUS))
 
 gen-model: setup ## Generate a Triton model directory (ARGS='--model_type pytorch ...')
 	$(TF) gen-model $(ARGS)

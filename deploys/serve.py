@@ -3,7 +3,8 @@
     pyinfra inventories/inf2.py deploys/serve.py
 
 preflight -> base -> neuron, efa or nvidia -> docker -> agent -> models -> triton (image, compatibility gate,
-containers, health gate).
+containers, health gate) -> monitoring (only with monitoring_with_serve: the exporters of
+deploys/monitoring.py).
 """
 
 from roles.agent import agent
@@ -11,6 +12,7 @@ from roles.base import base
 from roles.docker import docker
 from roles.efa import efa
 from roles.models import models
+from roles.monitoring import monitoring_with_serve
 from roles.neuron import neuron
 from roles.nvidia import nvidia
 from roles.preflight import preflight
@@ -27,3 +29,4 @@ docker()
 agent()
 models()
 triton()
+monitoring_with_serve()

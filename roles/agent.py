@@ -1,6 +1,7 @@
 """The host agent (``tritonfleet-agent``, ``tritonfleet/agent/``) in ``/opt/tritonfleet/venv``, for the roles
-that run it on hosts: the S3 model sync (``models_s3_uri``) and QA (``qa_suites``, which adds the
-runner's extra: numpy, tritonclient and friends).
+that run it on hosts: the S3 model sync (``models_s3_uri``), QA (``qa_suites``, which adds the
+runner's extra: numpy, tritonclient and friends) and monitoring (its Python, with prometheus_client, runs
+neuron-monitor-prometheus.py on Neuron hosts).
 
 Its wheelhouse is built on the controller (``tritonfleet/wheelhouse.py``): pure wheels for every host
 Python, or, with QA, the wheels for this host's Python and machine. It is uploaded and installed with
@@ -33,7 +34,8 @@ class Settings(RoleSettings):
 
 
 def wanted(cfg: HostConfig) -> tuple[bool, bool]:
-    """(the host needs the agent, with the QA extra)."""
+    """(the host needs the agent, with the QA extra). The monitoring role asks for it itself
+    (:func:`install_for`), in the runs that include it."""
     qa = bool(cfg.qa.suites)
     return sync_mode(cfg) or qa, qa
 
@@ -49,8 +51,11 @@ def _wheelhouse(cfg: HostConfig, state: dict) -> wheelhouse.Wheelhouse:
 
 def _host_checks(h, cfg: HostConfig) -> None:
     need, qa = wanted(cfg)
-    if not need:
-        return
+    if need:
+        _check(h, cfg, qa)
+
+
+def _check(h, cfg: HostConfig, qa: bool, field: tuple[str, object] | None = None) -> None:
     state = _state(h, cfg)
     python = state["python"]
     if python not in wheelhouse.PYTHONS:
@@ -64,7 +69,7 @@ def _host_checks(h, cfg: HostConfig) -> None:
     try:
         _wheelhouse(cfg, state)
     except (wheelhouse.WheelhouseError, OSError) as exc:
-        field, value = ("qa_suites", cfg.qa.suites) if qa else ("models_s3_uri", cfg.models.s3_uri)
+        field, value = field or (("qa_suites", cfg.qa.suites) if qa else ("models_s3_uri", cfg.models.s3_uri))
         raise FieldProblem(field, value, f"the host agent's wheelhouse cannot be built on this controller: "
                            f"{exc}") from None
 
@@ -80,6 +85,24 @@ def agent() -> None:
     if not need:
         host.noop("no role here runs the host agent (models_s3_uri and qa_suites are not set)")
         return
+    _install(cfg, qa)
+
+
+def install_for(cfg: HostConfig, field: str, value: object) -> None:
+    """The agent for another role's deploy (``field``: the setting that wants it, named in errors): checked
+    while the deploy is built (every host's operations are collected before any runs, so a refusal changes
+    nothing), then installed like :func:`agent` installs it (the same wheelhouse and extras)."""
+    from roles.preflight import PreflightError
+
+    try:
+        _check(host, cfg, wanted(cfg)[1], (field, value))
+    except FieldProblem as exc:
+        raise PreflightError(f"preflight failed, nothing was changed:\n  {host.name}: {exc.field} "
+                             f"{exc.value!r}: {exc.message}") from None
+    _install(cfg, wanted(cfg)[1])
+
+
+def _install(cfg: HostConfig, qa: bool) -> None:
     state = _state(host, cfg)
     wh = _wheelhouse(cfg, state)
     if state["installed"] != wh.digest:

@@ -49,8 +49,9 @@ class Settings(RoleSettings):
         "s3://bucket/prefix scheduled runs upload their reports to (<uri>/qa/<host>/); None: kept on the host."))
     reports_s3_endpoint: str | None = Field(None, description="S3 endpoint URL for the reports; None = AWS's.")
     reports_s3_region: str | None = Field(None, description="S3 region of the reports bucket.")
-    textfile_dir: str = Field("/var/lib/prometheus/node-exporter", description=(
-        "node_exporter textfile-collector directory the scheduled run writes tritonfleet_qa.prom into."))
+    textfile_dir: str | None = Field(None, description=(
+        "node_exporter textfile-collector directory the scheduled run writes tritonfleet_qa.prom into; "
+        "None: monitoring_textfile_dir (the one the monitoring role's node exporter reads)."))
 
     _uri = field_validator("reports_s3_uri")(matching(_S3_URI, "expected s3://bucket/prefix"))
     _endpoint = field_validator("reports_s3_endpoint")(lambda v: http_url(v))
@@ -123,6 +124,10 @@ def qa() -> None:
                 hosts=ran, _run_once=True)
 
 
+def textfile_dir(cfg: HostConfig) -> str:
+    return cfg.qa.textfile_dir or cfg.monitoring.textfile_dir
+
+
 def _environment(cfg: HostConfig) -> dict[str, str]:
     if cfg.imds_endpoint != DEFAULT_IMDS:
         return {"AWS_EC2_METADATA_SERVICE_ENDPOINT": cfg.imds_endpoint}
@@ -138,14 +143,14 @@ def qa_schedule() -> None:
     s3 = posixpath.join(q.reports_s3_uri, "qa", host.name) if q.reports_s3_uri else None
     script = render("qa/qa-scheduled.sh.j2", run=run_command(cfg, None), agent=hc.AGENT, reports=REPORTS_DIR,
                     s3=s3, endpoint=q.reports_s3_endpoint, region=q.reports_s3_region,
-                    textfile=posixpath.join(q.textfile_dir, TEXTFILE))
+                    textfile=posixpath.join(textfile_dir(cfg), TEXTFILE))
     units = managed_files(name="QA service, timer and script", files={
         SCHEDULED_SCRIPT: script,
         UNIT_FILES[0]: render("qa/tritonfleet-qa.service.j2", script=SCHEDULED_SCRIPT, timeout=q.timeout,
                               environment=_environment(cfg)),
         UNIT_FILES[1]: render("qa/tritonfleet-qa.timer.j2", calendar=q.schedule, delay=q.schedule_random_delay),
     })
-    files.directory(name="node_exporter textfile directory", path=q.textfile_dir, mode="755")
+    files.directory(name="node_exporter textfile directory", path=textfile_dir(cfg), mode="755")
     daemon_reload(name="systemd reads the changed QA units", _if=units.did_change)
     services(name="QA timer restarted with its new schedule", units=[f"{UNIT}.timer"], restarted=True,
              _if=units.did_change)
@@ -158,4 +163,4 @@ def qa_unschedule() -> None:
     services(name="QA timer stopped and disabled", units=[f"{UNIT}.timer", f"{UNIT}.service"], running=False,
              enabled=False)
     remove_paths(name="QA units, script and metrics removed", paths=[*UNIT_FILES, SCHEDULED_SCRIPT,
-                                                                     posixpath.join(cfg.qa.textfile_dir, TEXTFILE)])
+                                                                     posixpath.join(textfile_dir(cfg), TEXTFILE)])

@@ -25,6 +25,7 @@ _APT = {
     "kernel-headers": "linux-headers-{kernel}",
     "nvidia-driver": "nvidia-driver-{branch}-server",
     "ecr-credential-helper": "amazon-ecr-credential-helper",
+    "node-exporter": "prometheus-node-exporter",
 }
 #: The same on dnf platforms (AL2023 ships curl-minimal and gnupg2-minimal, which provide curl and gpg;
 #: its GPU DLAMIs ship the NVIDIA driver).
@@ -36,6 +37,8 @@ _DNF = {
     "kernel-headers": "kernel-devel-{kernel}",
     "nvidia-driver": None,
 }
+#: Logical packages AL2023's repositories do not have (the role that needs one says what to do instead).
+_DNF_UNPACKAGED = frozenset({"node-exporter"})
 
 
 class UnsupportedPlatform(ValueError):
@@ -52,12 +55,17 @@ class Platform:
     codename: str | None
     packages: Mapping[str, str | None] = field(repr=False)
     python: str = "3"
+    unpackaged: frozenset[str] = frozenset()
 
     def package(self, logical: str, **fmt: str) -> str | None:
         """This platform's name for a logical package (``docker`` -> ``docker.io``), None when the base
         system provides it. Names the table does not know are taken as they are."""
         name = self.packages.get(logical, logical)
         return name.format(**fmt) if name else None
+
+    def packaged(self, logical: str) -> bool:
+        """Whether this platform's repositories have the logical package at all."""
+        return logical not in self.unpackaged
 
     def packages_for(self, logical: list[str], **fmt: str) -> list[str]:
         return [p for p in (self.package(n, **fmt) for n in logical) if p]
@@ -67,7 +75,7 @@ PLATFORMS: dict[tuple[str, str], Platform] = {
     ("ubuntu", "22.04"): Platform("ubuntu2204", "Ubuntu 22.04", "apt", "jammy", _APT, "3.10"),
     ("ubuntu", "24.04"): Platform("ubuntu2404", "Ubuntu 24.04", "apt", "noble", _APT, "3.12"),
     ("debian", "12"): Platform("debian12", "Debian 12", "apt", "bookworm", _APT, "3.11"),
-    ("amzn", "2023"): Platform("al2023", "Amazon Linux 2023", "dnf", None, _DNF, "3.9"),
+    ("amzn", "2023"): Platform("al2023", "Amazon Linux 2023", "dnf", None, _DNF, "3.9", _DNF_UNPACKAGED),
 }
 
 

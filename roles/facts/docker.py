@@ -46,3 +46,31 @@ class DockerState(FactBase[dict]):
                 if record is not None:
                     out["records"][record.name] = record
         return out
+
+
+class NamedContainers(FactBase[dict]):
+    """``{name: {"running": bool, "spec": label com.tritonfleet.spec or None, "image": ref}}`` of the named
+    containers that exist (other than Triton's: exporters)."""
+
+    @staticmethod
+    def default() -> dict:
+        return {}
+
+    def command(self, names: tuple[str, ...]) -> str:
+        fmt = quote("{{json .State.Running}} {{json .Config.Labels}} {{json .Config.Image}}")
+        return (f"command -v docker >/dev/null || exit 0; for n in {' '.join(quote(n) for n in names)}; do "
+                f"docker inspect --format {fmt} \"$n\" 2>/dev/null | sed \"s|^|$n |\"; done; true")
+
+    def process(self, output: list[str]) -> dict:
+        out = {}
+        decoder = json.JSONDecoder()
+        for line in output:
+            name, _, rest = line.partition(" ")
+            try:
+                running, end = decoder.raw_decode(rest)
+                labels, end2 = decoder.raw_decode(rest, end + 1)
+                image, _ = decoder.raw_decode(rest, end2 + 1)
+            except ValueError:
+                continue
+            out[name] = {"running": bool(running), "spec": (labels or {}).get(hc.LABEL_SPEC), "image": image}
+        return out

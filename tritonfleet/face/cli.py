@@ -15,14 +15,21 @@ def main() -> None:
 @click.option("--inventory", "-i", envvar="TRITONFLEET_INVENTORY", required=True,
               help="pyinfra inventory file (or set TRITONFLEET_INVENTORY).")
 @click.option("--previous", is_flag=True, help="Also show what a rollback would return to (the host record).")
-def status(inventory: str, previous: bool) -> None:
-    """Table per host and Triton server: image, devices, cores, state, uptime, ready models, endpoint.
+@click.option("--exporters", is_flag=True, help=(
+    "Also show whether each host's exporters (and Triton metrics) are up: from Prometheus with --prometheus, "
+    "else probed from here."))
+@click.option("--prometheus", envvar="TRITONFLEET_PROMETHEUS", default=None, metavar="URL",
+              help="Prometheus to read exporter state from (implies --exporters; or set TRITONFLEET_PROMETHEUS).")
+def status(inventory: str, previous: bool, exporters: bool, prometheus: str | None) -> None:
+    """Table per host and Triton server: image, devices, cores, state, uptime, ready models, endpoint
+    (and exporters with --exporters).
 
     Exits non-zero when a host is out of reach or a server is not serving."""
     from tritonfleet.face.status import fleet_status, print_status
 
     try:
-        rows = fleet_status(inventory, previous=previous)
+        rows = fleet_status(inventory, previous=previous, exporters=exporters or bool(prometheus),
+                            prometheus=prometheus)
     except SystemExit as exc:  # an inventory that refuses to load (e.g. sandbox not up)
         raise click.ClickException(str(exc)) from None
     except (OSError, SyntaxError) as exc:
@@ -36,6 +43,7 @@ def _register() -> None:
     # Sub-command groups live next to the logic they drive; importing them here keeps
     # `tritonfleet --help` complete while each module stays importable on its own.
     from tritonfleet.face.fleet import fleet
+    from tritonfleet.face.monitoring import monitoring
     from tritonfleet.face.qa import qa
     from tritonfleet.face.rollout import rollout
     from tritonfleet.genmodel.cli import gen_model
@@ -46,6 +54,7 @@ def _register() -> None:
     main.add_command(qa)
     main.add_command(rollout)
     main.add_command(fleet)
+    main.add_command(monitoring)
 
 
 _register()

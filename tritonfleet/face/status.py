@@ -140,18 +140,33 @@ def host_status(name: str, data: dict, *, previous: bool = False) -> list[dict[s
         session.close()
 
 
-def fleet_status(inventory: str | Path, *, previous: bool = False) -> list[dict[str, Any]]:
+def fleet_status(inventory: str | Path, *, previous: bool = False, exporters: bool = False,
+                 prometheus: str | None = None) -> list[dict[str, Any]]:
+    """Rows of :func:`host_status` for every host; with ``exporters`` each row also has ``exporters`` (the
+    host's exporters up or not, :func:`tritonfleet.face.monitoring.exporters_status`)."""
     hosts = load_inventory(inventory)
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = pool.map(lambda hd: host_status(*hd, previous=previous), hosts)
-    return [row for rows in results for row in rows]
+    rows = [row for rows in results for row in rows]
+    if exporters:
+        from tritonfleet.face.monitoring import exporters_cell, exporters_status
+
+        try:
+            state = exporters_status(inventory, prometheus)
+        except (OSError, ValueError) as exc:  # Prometheus not answering: said in every row
+            state, failed = {}, f"prometheus: {str(exc).splitlines()[0][:60]}"
+        else:
+            failed = None
+        for r in rows:
+            r["exporters"] = failed or exporters_cell(state.get(r["host"], {}))
+    return rows
 
 
 def print_status(rows: list[dict[str, Any]], *, previous: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    cols = COLUMNS + (["previous"] if previous else [])
+    cols = COLUMNS + (["previous"] if previous else []) + (["exporters"] if rows and "exporters" in rows[0] else [])
     table = Table(title="tritonfleet status")
     for col in cols:
         table.add_column(col.replace("_", " "))

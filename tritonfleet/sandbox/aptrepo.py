@@ -49,7 +49,8 @@ RECIPE_VERSION = "1"
 DEFAULT_BASE_URL = "http://192.168.250.1:8080"
 # python3-apt and python3-requests: what the Ansible comparison's modules need on hosts (apt;
 # community.docker talks to the Docker API through requests), bench/ansible/
-DEBIAN_PACKAGES: tuple[str, ...] = ("docker.io", "amazon-ecr-credential-helper", "python3-apt", "python3-requests")
+DEBIAN_PACKAGES: tuple[str, ...] = ("docker.io", "amazon-ecr-credential-helper", "python3-apt", "python3-requests",
+                                   "prometheus-node-exporter")
 STAMP_NAME = ".tritonfleet-stamp"
 
 KEY_UIDS = {

@@ -115,7 +115,7 @@ def _processes(state: dict, *, listening: bool = True) -> dict[int, str]:
     for cg in find_cgroups(state):
         found.update({p: "" for p in cgroups.cgroup_pids(cg) if p not in found})
     if listening:
-        ports = (layout.REPO_PORT, layout.IMDS_PORT, layout.S3_PORT)
+        ports = (layout.REPO_PORT, layout.IMDS_PORT, layout.S3_PORT, layout.PROMETHEUS_PORT)
         for addr, pid in machine.listeners(layout.BRIDGE_IP, ports).items():
             found[pid] = f"listening on {addr}"
     return {pid: note for pid, note in found.items() if pid == 0 or machine.pid_alive(pid)}
@@ -164,6 +164,8 @@ def clean_runtime(state: dict) -> list[str]:
 def _discard() -> None:
     """Hosts' disks and the state (after :func:`clean_runtime`)."""
     shutil.rmtree(layout.STATE_DIR / "hosts", ignore_errors=True)
+    for d in (layout.monitoring_dir(), layout.STATE_DIR / "prometheus-data"):
+        shutil.rmtree(d, ignore_errors=True)
     for f in (state_file(), imds_hosts_file(), known_hosts_path()):
         f.unlink(missing_ok=True)
 
@@ -322,6 +324,8 @@ def _up(specs: list[HostSpec]) -> dict:
         "repos": {k: _repo_dict(v) for k, v in supplies["repos"].items()},
     }
     save_state(state)
+    counts = services.write_monitoring_targets()
+    log(f"Prometheus at {layout.prometheus_url()} scrapes {sum(counts.values())} target(s)")
     log(f"fleet up: {len(all_hosts)} host(s) in {time.monotonic() - t0:.1f}s")
     return state
 

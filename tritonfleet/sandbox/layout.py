@@ -25,6 +25,7 @@ FIRST_HOST_OCTET = 11
 REPO_PORT = 8080
 IMDS_PORT = 8169
 S3_PORT = 9000
+PROMETHEUS_PORT = 9090
 NETNS_PREFIX = "tf-"
 VETH_PREFIX = "tfv-"
 CGROUP_PARENT = "tritonfleet-sandbox"  # every host's cgroup is <current cgroup>/<CGROUP_PARENT>/<host>
@@ -148,6 +149,15 @@ def repo_root(cache: Path | None = None) -> Path:
 
 def images_dir(cache: Path | None = None) -> Path:
     return (cache or CACHE_DIR) / "images"
+
+
+def monitoring_dir() -> Path:
+    """The sandbox Prometheus' config and the target files ``tritonfleet monitoring targets`` writes for it."""
+    return STATE_DIR / "monitoring"
+
+
+def prometheus_url() -> str:
+    return f"http://{BRIDGE_IP}:{PROMETHEUS_PORT}"
 
 
 def s3_endpoint() -> str:

@@ -17,6 +17,7 @@ from tritonfleet.sandbox import layout, machine
 from tritonfleet.sandbox.layout import (
     BRIDGE_IP,
     IMDS_PORT,
+    PROMETHEUS_PORT,
     REPO_PORT,
     S3_BUCKET,
     S3_PORT,
@@ -27,6 +28,7 @@ from tritonfleet.sandbox.layout import (
     imds_hosts_file,
     log,
     logs_dir,
+    monitoring_dir,
     repo_root,
     s3_endpoint,
     save_state,
@@ -59,7 +61,34 @@ def wanted_services(cache: Path) -> dict[str, tuple[int, list[str]]]:
         "imds": (IMDS_PORT, [py, "-m", "tritonfleet.sandbox.imds", "--bind", BRIDGE_IP, "--port", str(IMDS_PORT),
                              "--hosts-file", str(imds_hosts_file())]),
         "s3": (S3_PORT, [str(Path(py).parent / "moto_server"), "-H", BRIDGE_IP, "-p", str(S3_PORT)]),
+        # Debian's prometheus (make prereqs installs it), scraping the targets `tritonfleet monitoring targets`
+        # writes for the sandbox inventory (write_monitoring_targets)
+        "prometheus": (PROMETHEUS_PORT, [PROMETHEUS, f"--config.file={monitoring_dir() / 'prometheus.yml'}",
+                                         f"--storage.tsdb.path={layout.STATE_DIR / 'prometheus-data'}",
+                                         "--storage.tsdb.retention.time=2d",
+                                         f"--web.listen-address={BRIDGE_IP}:{PROMETHEUS_PORT}"]),
     }
+
+
+PROMETHEUS = "/usr/bin/prometheus"
+#: the sandbox Prometheus' scrape interval (short, so tests see new samples soon)
+SCRAPE_INTERVAL = "5s"
+
+
+def write_monitoring_targets() -> dict[str, int]:
+    """``tritonfleet monitoring targets --scrape-config`` for the sandbox inventory, into :func:`monitoring_dir`
+    (Prometheus re-reads the target files by itself). Without hosts: empty target files."""
+    from tritonfleet.face.monitoring import JOBS, scrape_config, write_targets
+
+    out = monitoring_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    if not layout.hosts_from_state(layout.load_state()):
+        for job in JOBS:
+            (out / f"{job}.json").write_text("[]\n")
+        (out / "prometheus.yml").write_text(scrape_config(out, interval=SCRAPE_INTERVAL))
+        return dict.fromkeys(JOBS, 0)
+    inventory = Path(__file__).resolve().parents[2] / "inventories" / "sandbox.py"
+    return write_targets(inventory, out, with_config=True, interval=SCRAPE_INTERVAL)
 
 
 def _shape(args: list[str]) -> list[str]:
@@ -116,6 +145,8 @@ def ensure_services(state: dict) -> None:
     if not imds_hosts_file().exists():
         imds_hosts_file().write_text("{}")
     state["cache_dir"] = str(layout.CACHE_DIR)
+    if not (monitoring_dir() / "prometheus.yml").exists():
+        write_monitoring_targets()
     for name, (port, cmd) in wanted_services(layout.CACHE_DIR).items():
         record = services.get(name)
         pid = record if isinstance(record, int) else (record or {}).get("pid", 0)

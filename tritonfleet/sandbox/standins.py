@@ -8,8 +8,8 @@ on EC2, but their contents are small stand-ins that read ``/etc/tritonfleet-sand
 * ``aws-neuronx-dkms`` / ``aws-neuron-dkms`` and ``nvidia-driver-*-server``: maintainer scripts that play
   the kernel driver (device nodes, a tmpfiles.d entry for reboots, the "loaded" version in
   ``/run/tritonfleet-sandbox/<kind>-driver-version``).
-* ``aws-neuronx-tools`` (``neuron-ls``, ``neuron-monitor``), ``nvidia-smi``, ``nvidia-ctk``: tools that
-  answer from the device nodes that actually exist.
+* ``aws-neuronx-tools`` (``neuron-ls``, ``neuron-monitor``, ``neuron-monitor-prometheus.py``), ``nvidia-smi``,
+  ``nvidia-ctk``: tools that answer from the device nodes (and processes) that actually exist.
 * runtime-lib / collectives / oci-hook / legacy packages: marker files.
 
 Build with :func:`build_standin_debs` (:mod:`.debbuild`): cached (a package is rebuilt only when its
@@ -116,9 +116,14 @@ def _neuron_tools(name: str, version: str, legacy: bool, conflicts: str) -> Stan
     ]
     if not legacy:
         values.pop("LEGACY")
-        files.insert(
-            1, _exe("/opt/aws/neuron/bin/neuron-monitor", _template("neuron_monitor.py.in", **values))
-        )
+        files[1:1] = [
+            _exe("/opt/aws/neuron/bin/neuron-monitor", _template("neuron_monitor.py.in", **values)),
+            # the Prometheus exporter; like AWS's script it needs a python3 with prometheus_client
+            _exe(
+                "/opt/aws/neuron/bin/neuron-monitor-prometheus.py",
+                _template("neuron_monitor_prometheus.py.in", **values),
+            ),
+        ]
     return StandinPackage(
         name=name,
         version=version,
