@@ -7,7 +7,8 @@
 - on Neuron hosts, ``neuron-monitor`` piped into AWS's ``neuron-monitor-prometheus.py`` (both from
   ``aws-neuronx-tools``) as a systemd service, with a config naming the metric groups; the exporter runs
   with the host agent's Python, which carries the ``prometheus_client`` it needs;
-- on GPU hosts, NVIDIA's ``dcgm-exporter`` container with the host's GPUs.
+- on GPU hosts, NVIDIA's ``dcgm-exporter`` container with the host's GPUs (``--gpus "device=0,…"``, from the
+  instance type), without CAP_SYS_ADMIN unless ``monitoring_dcgm_profiling`` asks for the DCP metrics.
 
 Scrape targets for Prometheus come from the inventory: ``tritonfleet monitoring targets``.
 """
@@ -187,7 +188,8 @@ def dcgm_run_args(cfg: HostConfig) -> list[str]:
     """``docker run`` arguments of the DCGM exporter (everything but the image)."""
     m: Settings = cfg.monitoring
     address = f"[{m.bind_address}]" if ":" in m.bind_address else m.bind_address
-    args = ["--restart", "unless-stopped", "--gpus", "all", "-p", f"{address}:{m.dcgm_port}:9400",
+    gpus = ",".join(str(i) for i in range(cfg.instance.device_count))  # the GPUs the instance type has
+    args = ["--restart", "unless-stopped", "--gpus", f'"device={gpus}"', "-p", f"{address}:{m.dcgm_port}:9400",
             "--label", f"{hc.LABEL_ROLE}=dcgm-exporter"]
     if m.dcgm_profiling:
         args += ["--cap-add", "SYS_ADMIN"]

@@ -47,7 +47,7 @@ def test_neuron_host_gets_node_exporter_and_neuron_monitor(monkeypatch, os_key):
         assert "prometheus-node-exporter" in rec.text
         assert f"ExecStart=/usr/bin/prometheus-node-exporter {args}" in rec.uploads[DROPIN]
     unit = rec.uploads[NEURON_UNIT]
-    assert ("/opt/aws/neuron/bin/neuron-monitor -c /etc/tritonfleet/neuron-monitor.json | "
+    assert ("{ /opt/aws/neuron/bin/neuron-monitor -c /etc/tritonfleet/neuron-monitor.json; kill $$; } | "
             "/opt/tritonfleet/venv/bin/python /opt/aws/neuron/bin/neuron-monitor-prometheus.py --port 9010") in unit
     config = json.loads(rec.uploads["/etc/tritonfleet/neuron-monitor.json"])
     assert config["period"] == "5s"
@@ -63,7 +63,7 @@ def test_gpu_host_gets_the_dcgm_exporter_with_its_gpus(monkeypatch, os_key):
                                    "monitoring_bind_address": "10.0.0.5", "monitoring_dcgm_port": 9500},
                       os_key, monkeypatch)
     run = next(c for c in rec.commands if c.startswith("docker run") and "tritonfleet-dcgm-exporter" in c)
-    assert "--gpus all" in run and "-p 10.0.0.5:9500:9400" in run and "--restart unless-stopped" in run
+    assert "--gpus '\"device=0\"'" in run and "-p 10.0.0.5:9500:9400" in run and "--restart unless-stopped" in run
     assert "--privileged" not in run and "SYS_ADMIN" not in run
     assert "docker pull -q nvcr.io/nvidia/k8s/dcgm-exporter:" in rec.text
     assert NEURON_UNIT not in rec.uploads

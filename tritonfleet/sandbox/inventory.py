@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from tritonfleet.sandbox import layout
+from tritonfleet.sandbox.dcgmimage import ARCHIVE_NAME as DCGM_ARCHIVE
+from tritonfleet.sandbox.dcgmimage import DEFAULT_TAG as DCGM_TAG
 
 
 def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
@@ -33,6 +35,10 @@ def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
         "triton_repository_secret": state.get("repository_secret"),
         "triton_image": "tritonfleet-sandbox/tritonserver:2.51.0-sandbox",
         "triton_image_archive": "/srv/images/tritonserver-2.51.0-sandbox.tar",
+        # monitoring: the DCGM exporter's stand-in image, loaded from its archive like Triton's
+        "monitoring_dcgm_image": DCGM_TAG,
+        "monitoring_dcgm_image_source": "archive",
+        "monitoring_dcgm_image_archive": f"/srv/images/{DCGM_ARCHIVE}",
     }
     if "neuron" in repos:
         neuron = repos["neuron"]

@@ -38,7 +38,7 @@ from tritonfleet.sandbox.network import check_port_free
 
 def ensure_supplies(base: Path) -> dict:
     """Signed repos, EFA installer and the Triton image archive (cached; fast when unchanged)."""
-    from tritonfleet.sandbox import aptrepo, image
+    from tritonfleet.sandbox import aptrepo, dcgmimage, image
 
     cache = layout.CACHE_DIR
     log("checking signed repositories and the Triton image archive (built once, then cached)")
@@ -46,6 +46,8 @@ def ensure_supplies(base: Path) -> dict:
     repos = aptrepo.build_all(repo_root(), cache / "repo-cache", base, os.uname().release)
     images_dir().mkdir(parents=True, exist_ok=True)
     archive = image.build_triton_image(cache / "image-cache", images_dir() / "tritonserver-2.51.0-sandbox.tar")
+    # the DCGM exporter's stand-in image (GPU hosts' monitoring), on the same cached base layer
+    dcgmimage.build_dcgm_image(cache / "image-cache", images_dir() / dcgmimage.ARCHIVE_NAME)
     spent = time.monotonic() - t0
     if spent > 2:  # only worth saying when something was (re)built
         log(f"signed repositories and the Triton image archive ready in {spent:.0f}s")
