@@ -19,7 +19,7 @@ REPORT = {"schema": 1, "host": "h1", "summary": {"cases": 7, "passed": 5, "faile
 def test_textfile_is_valid_exposition_with_the_counts():
     text = publish.textfile(REPORT, 1764000000.5)
     samples = dict(line.split(" ") for line in text.splitlines() if not line.startswith("#"))
-    assert samples == {"tritonfleet_qa_last_run_timestamp_seconds": "1.764e+09", "tritonfleet_qa_cases": "7",
+    assert samples == {"tritonfleet_qa_last_run_timestamp_seconds": "1764000000.5", "tritonfleet_qa_cases": "7",
                        "tritonfleet_qa_failures": "2", "tritonfleet_qa_errors": "0"}
     for name in samples:
         assert f"# TYPE {name} gauge" in text and re.search(rf"# HELP {name} \S", text)

@@ -30,13 +30,20 @@ METRICS = (
 )
 
 
+def _number(value: float) -> str:
+    """Exposition text of a sample: whole numbers as integers, others with every digit (``%g`` would turn a
+    Unix timestamp into 1.7646e+09, thousands of seconds off)."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+
+
 def textfile(report: dict, finished: float) -> str:
     """The Prometheus exposition text for one report."""
     summary = dict(report.get("summary") or {})
     values = {"finished": finished, **{k: summary.get(k, 0) for k in ("cases", "failed", "errors")}}
     lines = []
     for name, help_text, key in METRICS:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {float(values[key]):g}"]
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {_number(values[key])}"]
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +187,11 @@ def instantiate(expr: str, variables: Mapping[str, Any] | None = None, *, strict
     return _VARIABLE.sub(replace, expr)
 
 
+def used_variables(expr: str) -> set[str]:
+    """The names of the Grafana variables ``expr`` refers to (built-ins included, ``$1`` and the like not)."""
+    return {n for m in _VARIABLE.finditer(expr) if not (n := m.group(1) or m.group(2) or m.group(4)).isdigit()}
+
+
 def all_values(dashboard: Mapping[str, Any]) -> dict[str, Any]:
     """Every query/custom variable of the dashboard set to "All" (``None``)."""
     return {v["name"]: None for v in variables(dashboard) if v.get("type") in ("query", "custom", "textbox")}
@@ -247,7 +252,8 @@ def _finite(value: Any) -> bool:
 
 
 def check(prom_url: str, paths: Sequence[str | Path], variables: Mapping[str, Any] | None = None, *,
-          at: float | None = None, timeout: float = 10.0, nan_is_empty: bool = True) -> list[str]:
+          at: float | None = None, timeout: float = 10.0, nan_is_empty: bool = True,
+          allow_empty: Collection[str] = ()) -> list[str]:
     """Problems with the dashboards in ``paths`` on the Prometheus at ``prom_url``: one line per
     expression (and per ``label_values`` variable query) that errors or returns nothing, naming the
     dashboard file, the panel title and refId. An empty list: every panel has data.
@@ -256,7 +262,8 @@ def check(prom_url: str, paths: Sequence[str | Path], variables: Mapping[str, An
     :data:`BUILTINS` (pass ``{"__rate_interval": "10s"}`` for a fast scrape interval, ``{"host":
     ["a", "b"]}`` to look at some hosts only). ``at`` is the evaluation time (default: now). A result
     whose values are all NaN (0/0 on an idle fleet) counts as empty unless ``nan_is_empty`` is
-    false."""
+    false. ``allow_empty``: panel titles whose queries may return nothing where this Prometheus scrapes
+    (e.g. a metric a stand-in exporter never sets); their errors are still problems."""
     problems = []
     for path in paths:
         try:
@@ -265,9 +272,9 @@ def check(prom_url: str, paths: Sequence[str | Path], variables: Mapping[str, An
             problems.append(f"{path}: cannot load: {exc}")
             continue
         values = {**all_values(dashboard), **(variables or {})}
-        queries = [(f"variable {name!r}", expr) for name, expr in variable_queries(dashboard)]
-        queries += [(f"panel {title!r} ({ref})", expr) for title, ref, expr in expressions(dashboard)]
-        for where, expr in queries:
+        queries = [(f"variable {name!r}", "", expr) for name, expr in variable_queries(dashboard)]
+        queries += [(f"panel {title!r} ({ref})", title, expr) for title, ref, expr in expressions(dashboard)]
+        for where, title, expr in queries:
             try:
                 promql = instantiate(expr, values)
             except (KeyError, ValueError) as exc:
@@ -279,7 +286,7 @@ def check(prom_url: str, paths: Sequence[str | Path], variables: Mapping[str, An
                 problems.append(f"{path}: {where}: {exc}: {promql}")
                 continue
             why = _emptiness(data)
-            if why and (nan_is_empty or why == "empty result"):
+            if why and (nan_is_empty or why == "empty result") and not (title and title in allow_empty):
                 problems.append(f"{path}: {where}: {why}: {promql}")
     return problems
 
@@ -296,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--range", default=BUILTINS["__range"], help="value for $__range")
     parser.add_argument("--var", action="append", default=[], metavar="NAME=V1[,V2]",
                         help="a template variable's value(s) (default: All)")
+    parser.add_argument("--allow-empty", action="append", default=[], metavar="PANEL TITLE",
+                        help="a panel that may have no data here (repeatable)")
     parser.add_argument("paths", nargs="*", help="dashboard files (default: dashboards/*.json)")
     args = parser.parse_args(argv)
     given: dict[str, Any] = {"__rate_interval": args.rate_interval, "__range": args.range}
@@ -303,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name, _, value = item.partition("=")
         given[name] = value.split(",") if value else None
     paths = args.paths or sorted(str(p) for p in Path("dashboards").glob("*.json"))
-    problems = check(args.prometheus, paths, given)
+    problems = check(args.prometheus, paths, given, allow_empty=args.allow_empty)
     for line in problems:
         print(line)
     print(f"{len(problems)} problem(s) in {len(paths)} dashboard(s)")

@@ -8,7 +8,8 @@ NaN, Inf) break a line rather than being drawn as zero. ::
         --minutes 30 --out docs/monitoring-overview.svg
 
 renders the panel's queries (Grafana variables filled in by :func:`dashboards.instantiate`, "All" by
-default) over the last 30 minutes; ``--expr`` draws one PromQL expression instead.
+default) over the last 30 minutes; several ``--panel`` make a grid (``--columns``), ``--expr`` draws one
+PromQL expression instead.
 """
 
 from __future__ import annotations
@@ -205,6 +206,29 @@ def render(data: Sequence[Series], *, title: str = "", y_label: str = "", width:
     return "\n".join(out) + "\n"
 
 
+def compose(charts: Sequence[str], columns: int = 2, gap: int = 8) -> str:
+    """Several :func:`render` pictures in one SVG, ``columns`` per row (e.g. a README overview)."""
+    sizes = []
+    for chart in charts:
+        head = chart[:chart.index(">")]
+        sizes.append((int(re.search(r'width="(\d+)"', head).group(1)), int(re.search(r'height="(\d+)"', head).group(1))))
+    rows = [list(range(i, min(i + columns, len(charts)))) for i in range(0, len(charts), columns)]
+    width = max((sum(sizes[i][0] for i in row) + gap * (len(row) - 1) for row in rows), default=1)
+    height = sum(max(sizes[i][1] for i in row) for row in rows) + gap * max(len(rows) - 1, 0)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}">', f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
+    y = 0
+    for row in rows:
+        x = 0
+        for i in row:
+            # a nested <svg> is placed by x/y; its own viewBox keeps its drawing intact
+            out.append(charts[i].strip().replace("<svg ", f'<svg x="{x}" y="{y}" ', 1))
+            x += sizes[i][0] + gap
+        y += max(sizes[i][1] for i in row) + gap
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def render_result(result: Any, *, legend_format: str | None = None, **kwargs: Any) -> str:
     """:func:`render` of a Prometheus query_range answer (the response, its ``data`` or its ``result``)."""
     return render(series(result, legend_format), **kwargs)
@@ -239,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prometheus", required=True, metavar="URL")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--expr", help="a PromQL expression (Grafana variables allowed)")
-    what.add_argument("--panel", help="a panel title in --dashboard")
+    what.add_argument("--panel", action="append", help="a panel title in --dashboard (repeat for a grid)")
     parser.add_argument("--dashboard", help="dashboard JSON (with --panel)")
     parser.add_argument("--legend", help="legend format for --expr, e.g. '{{model}}'")
     parser.add_argument("--minutes", type=float, default=30.0, help="range ending now (default 30)")
@@ -247,7 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate-interval", default="1m", help="value for $__rate_interval")
     parser.add_argument("--title")
     parser.add_argument("--y-label")
-    parser.add_argument("--width", type=int, default=800)
+    parser.add_argument("--columns", type=int, default=2, help="panels per row with several --panel")
+    parser.add_argument("--width", type=int, default=800, help="width of one chart")
     parser.add_argument("--height", type=int, default=360)
     parser.add_argument("--out", required=True, help="SVG file to write")
     args = parser.parse_args(argv)
@@ -259,16 +284,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.dashboard:
             parser.error("--panel needs --dashboard")
         board = dashboards.load(args.dashboard)
-        data = panel_series(args.prometheus, board, args.panel, start, end, step, variables)
-        panel = next(p for p in dashboards.panels(board) if p.get("title") == args.panel)
-        unit = ((panel.get("fieldConfig") or {}).get("defaults") or {}).get("unit", "")
-        title, y_label = args.title or args.panel, args.y_label or UNIT_LABELS.get(unit, unit)
+        charts, count = [], 0
+        for title in args.panel:
+            data = panel_series(args.prometheus, board, title, start, end, step, variables)
+            panel = next(p for p in dashboards.panels(board) if p.get("title") == title)
+            unit = ((panel.get("fieldConfig") or {}).get("defaults") or {}).get("unit", "")
+            charts.append(render(data, title=args.title if args.title and len(args.panel) == 1 else title,
+                                 y_label=args.y_label or UNIT_LABELS.get(unit, unit), width=args.width,
+                                 height=args.height))
+            count += len(data)
+        text = charts[0] if len(charts) == 1 else compose(charts, args.columns)
     else:
         expr = dashboards.instantiate(args.expr, {"fleet": None, "host": None, **variables}, strict=False)
         data = series(dashboards.query_range(args.prometheus, expr, start, end, step), args.legend)
-        title, y_label = args.title or "", args.y_label or ""
-    Path(args.out).write_text(render(data, title=title, y_label=y_label, width=args.width, height=args.height))
-    print(f"{args.out}: {len(data)} series")
+        count = len(data)
+        text = render(data, title=args.title or "", y_label=args.y_label or "", width=args.width, height=args.height)
+    Path(args.out).write_text(text)
+    print(f"{args.out}: {count} series")
     return 0
 
 
