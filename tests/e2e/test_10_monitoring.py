@@ -1,14 +1,15 @@
 """Monitoring on sandbox hosts, asserted with queries to the sandbox's real Prometheus: exporters installed by
 `deploys/monitoring.py` on a Neuron, a Trainium and a GPU host, targets written by `tritonfleet monitoring
 targets`, every target up, Triton's request counters rising with traffic, NeuronCore metrics on the Neuron
-hosts, node metrics with a textfile metric, every dashboard expression answered, and a second run changing
-nothing."""
+hosts, node metrics with a textfile metric, every dashboard expression answered (with scheduled QA's metrics
+and light traffic), and a second run changing nothing."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -79,7 +80,13 @@ def monitored(sandbox, tmp_path_factory):
                           str(inv), "--out", str(layout.monitoring_dir())], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    return inv, first
+    # scheduled QA, run once now: its textfile metrics are what the overview's QA panels show
+    qa = pyinfra(inv, "deploys/qa_schedule.py")
+    assert qa.returncode == 0, qa.output[-5000:]
+    for h in HOSTS:
+        ssh(h, "systemctl start tritonfleet-qa.service", timeout=600)
+    yield inv, first
+    pyinfra(inv, "deploys/qa_unschedule.py")
 
 
 def test_targets_are_written_per_exporter_kind_with_their_labels(monitored):
@@ -138,17 +145,31 @@ def test_neuron_hosts_have_neuroncore_metrics_and_every_host_node_metrics(monito
 
 
 def test_every_dashboard_expression_returns_data(monitored):
-    for h in HOSTS:  # traffic in the last minutes, so rate() panels have something to show
-        infer(h, 10)
     paths = sorted((ROOT / "dashboards").glob("*.json"))
     assert len(paths) >= 3
+    stop = threading.Event()
+
+    def traffic():  # steady light traffic while the panels are checked: latency panels divide rate()s
+        for _ in range(240):  # bounded: at most 240 rounds of one request per host, ~0.5 s apart
+            if stop.is_set():
+                return
+            for h in HOSTS:
+                infer(h, 1)
+            stop.wait(0.5)
+
+    sender = threading.Thread(target=traffic, daemon=True)
+    sender.start()
     problems: list = []
-    end = time.monotonic() + 90  # a rate() over a fresh counter needs two scrapes
-    while time.monotonic() < end:
-        problems = dashboards.check(layout.prometheus_url(), paths)
-        if not problems:
-            break
-        time.sleep(5)
+    try:
+        end = time.monotonic() + 100  # a rate() over [1m] needs two scrapes (5 s apart) that saw traffic
+        while time.monotonic() < end:
+            problems = dashboards.check(layout.prometheus_url(), paths)
+            if not problems:
+                break
+            time.sleep(5)
+    finally:
+        stop.set()
+        sender.join(timeout=60)
     assert not problems, "\n".join(map(str, problems))
 
 
