@@ -3,13 +3,16 @@ before any operation is queued. Roles read :func:`roles.context.config_for`, nev
 
 Per host it reads two facts: the OS (``LinuxDistribution``, mapped to one supported
 :class:`~tritonfleet.platforms.Platform`) and, only when ``instance_type`` is not in the data, the
-instance type from IMDS; then the roles' ``host_checks`` (e.g. the host Python the S3 agent needs). Every bad host is reported, one line each, and nothing runs on any host.
+instance type from IMDS; then the roles' ``host_checks`` (e.g. the host Python the S3 agent needs). Once the
+data is good, every fact the last run of the same deploy read is read in one command per host, all hosts at
+once (``roles/facts/cache.py``), so building the operations host after host costs no round trips. Every bad host is reported, one line each, and nothing runs on any host.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from gevent.lock import Semaphore
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
@@ -70,6 +73,14 @@ def validate_all(state=None) -> dict[str, HostConfig]:
     when every host's data is good are the roles' ``on_connect`` hooks called (the connection role sets
     keepalives there) and the hosts asked which OS they run."""
     state = state or host.state
+    # pyinfra builds every host's operations in a greenlet of its own, so the first hosts all arrive here
+    # before any has finished: one validates (and reads the facts) for all, the others wait for its result
+    lock = state.__dict__.setdefault("_tritonfleet_preflight_lock", Semaphore())
+    with lock:
+        return _validate_all(state)
+
+
+def _validate_all(state) -> dict[str, HostConfig]:
     cached = context.stored(state)
     if cached is not None:
         return cached
@@ -82,6 +93,7 @@ def validate_all(state=None) -> dict[str, HostConfig]:
             for role in roles:
                 if role.on_connect is not None:
                     role.on_connect(h, configs[h.name])
+        fact_cache.prefetch(state, hosts)  # what the last run of this deploy read: one command per host, at once
         configs, errors = _each(hosts, lambda h: _platform(h, configs[h.name]))
     if not errors:
         configs, errors = _each(hosts, lambda h: _host_checks(h, configs[h.name], roles))

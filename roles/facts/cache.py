@@ -9,8 +9,17 @@ installed on every host by preflight, once per run.
 
 from __future__ import annotations
 
+import ast
+import atexit
+import hashlib
+import importlib
+import json
+import os
 import types
+from pathlib import Path
 from typing import Any
+
+from pyinfra.api import FactBase
 
 _MARK = "_tritonfleet_fact_cache"
 
@@ -19,6 +28,8 @@ class _HostCache:
     def __init__(self) -> None:
         self.values: dict[tuple, Any] = {}
         self.reading = 0
+        self.asked: dict[tuple, list[str]] = {}  # the facts this run asked (the next run's plan)
+        self.plan: Path | None = None  # where it is kept (known while the deploy file runs)
 
 
 def install(state) -> None:
@@ -32,6 +43,8 @@ def install(state) -> None:
 
         def cached_get_fact(self, name_or_cls, *args, _get=get_fact, _cache=cache, **kwargs):
             key = (name_or_cls, repr(args), repr(sorted(kwargs.items())))
+            if key not in _cache.asked and _plannable(name_or_cls, args):
+                _cache.asked[key] = [name_or_cls.__module__, name_or_cls.__qualname__, repr(kwargs)]
             if key in _cache.values:
                 return _cache.values[key]
             _cache.reading += 1
@@ -55,3 +68,144 @@ def install(state) -> None:
         host.run_shell_command = types.MethodType(changing_run, host)
         host.put_file = types.MethodType(changing_put, host)
 
+
+
+# -- the fact plan: a no-op run reads its facts in one command per host ---------------------------------------------
+#
+# A converge run asks the same facts every time (the deploy and the host data are the same). Each fact a run
+# asks is recorded (class and arguments) in a plan per deploy file and host, under the controller's cache; the
+# next run of that deploy reads every planned fact in one command per host, for all hosts at once, before any
+# operation is built, and seeds this cache with the results. A fact the plan lacks, or one whose command failed
+# in the batch, is read the usual way; a changed host drops the seeded values like any cached ones.
+
+_MARK = "@@tritonfleet-fact"
+
+
+def _plan_file(state, host) -> Path | None:
+    deploy = getattr(state, "current_exec_filename", None)
+    if not deploy:
+        return None  # API mode (tests): no deploy file to key a plan by
+    key = hashlib.sha256(f"{os.path.abspath(deploy)}\0{host.name}".encode()).hexdigest()[:24]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonfleet" / "factplans"
+    return base / f"{key}.json"
+
+
+def _plannable(cls, args: tuple) -> bool:
+    # facts that guard their command with another (requires_command) or need another shell are read one by one
+    return (not args and isinstance(cls, type) and issubclass(cls, FactBase)
+            and cls.requires_command is FactBase.requires_command and cls.shell_executable is None
+            and callable(cls.command))
+
+
+def _load_plan(path: Path) -> list[tuple[type, dict]]:
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for module, qualname, kwargs in entries if isinstance(entries, list) else []:
+        try:
+            cls = getattr(importlib.import_module(module), qualname)
+            values = ast.literal_eval(kwargs)
+        except (ImportError, AttributeError, ValueError, SyntaxError, TypeError):
+            continue
+        if isinstance(values, dict) and _plannable(cls, ()):
+            out.append((cls, values))
+    return out
+
+
+def _save_plans(state) -> None:
+    for host in state.inventory:
+        cache = getattr(host, _MARK, None)
+        path = cache.plan if cache is not None else None
+        if path is None or not cache.asked:
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(list(cache.asked.values())))
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a plan is an optimisation: a controller that cannot keep one just reads facts one by one
+
+
+def _prefetch_host(state, host, plan: list[tuple[type, dict]]) -> int:
+    """Read the planned facts of ``host`` in one command and seed the cache; returns how many were seeded."""
+    from pyinfra.api import StringCommand
+    from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
+    from pyinfra.api.facts import _handle_fact_kwargs, _make_command
+
+    cache = getattr(host, _MARK)
+    parts: list = []
+    wanted = []
+    executor_kwargs = None
+    for cls, kwargs in plan:
+        key = (cls, repr(()), repr(sorted(kwargs.items())))
+        if key in cache.values:
+            continue
+        fact = cls()
+        if fact.check_preconditions(state, host):
+            continue
+        fact_kwargs, global_kwargs = _handle_fact_kwargs(state, host, cls, (), dict(kwargs))
+        if executor_kwargs is None:
+            executor_kwargs = {k: v for k, v in global_kwargs.items() if k in CONNECTOR_ARGUMENT_KEYS}
+        command = _make_command(fact.command, fact_kwargs)
+        i = len(wanted)
+        wanted.append((key, fact))
+        # every fact at once (they only read), each into its own file; printed in order below
+        parts += ["{", "(", command, ")", f'>"$d/{i}" 2>/dev/null;', f'echo $? >"$d/{i}.rc";', "}", "&"]
+    if not wanted:
+        return 0
+    indices = " ".join(str(i) for i in range(len(wanted)))
+    parts = ['d=$(mktemp -d) || exit 1;', *parts, "wait;", f"for i in {indices}; do echo \"{_MARK} $i\";",
+             'cat "$d/$i";', '[ -s "$d/$i" ] && [ -n "$(tail -c1 "$d/$i")" ] && echo;',  # a last line without \n
+             f'echo "{_MARK}-rc $i $(cat "$d/$i.rc")"; done;', 'rm -rf "$d"']
+    if not host.connected:
+        host.connect(reason="to read its facts", raise_exceptions=True)
+    cache.reading += 1
+    try:
+        status, output = host.run_shell_command(StringCommand(*parts), print_output=state.print_fact_output,
+                                                print_input=state.print_fact_input, **(executor_kwargs or {}))
+    except Exception:  # noqa: BLE001 - the facts are then read one by one, with pyinfra's own error handling
+        return 0
+    finally:
+        cache.reading -= 1
+    if not status:
+        return 0
+    seeded, current, lines = 0, None, []
+    for line in output.stdout_lines:
+        if line.startswith(f"{_MARK}-rc "):
+            _, index, rc = line.split()
+            if current is not None and int(index) == current and rc == "0":
+                key, fact = wanted[current]
+                try:
+                    cache.values[key] = fact.process(lines) if lines else fact.default()
+                    seeded += 1
+                except Exception:  # noqa: BLE001 - read again the usual way, which reports it
+                    pass
+            current, lines = None, []
+        elif line.startswith(f"{_MARK} "):
+            current, lines = int(line.split()[1]), []
+        elif current is not None:
+            lines.append(line)
+    return seeded
+
+
+def prefetch(state, hosts) -> None:
+    """Seed every host's cache from its plan (one command per host, all hosts at once) and save this run's plans
+    when the run ends."""
+    import gevent
+
+    jobs = []
+    for host in hosts:
+        path = _plan_file(state, host)
+        getattr(host, _MARK).plan = path
+        plan = _load_plan(path) if path is not None and path.exists() else []
+        if plan:
+            jobs.append(gevent.spawn(_prefetch_host, state, host, plan))
+    if jobs:
+        gevent.joinall(jobs, raise_error=False)
+    if not getattr(state, "_tritonfleet_plans_saved", False):
+        state._tritonfleet_plans_saved = True
+        atexit.register(_save_plans, state)

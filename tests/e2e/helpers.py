@@ -57,8 +57,8 @@ def write_inventory(tmp: Path, names: list[str], extra: dict | None = None, per_
     return inv
 
 
-def pyinfra(inventory: Path | str, *args: str, timeout: float = 900) -> PyinfraRun:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYINFRA_PROGRESS": "off"}
+def pyinfra(inventory: Path | str, *args: str, timeout: float = 900, env: dict | None = None) -> PyinfraRun:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYINFRA_PROGRESS": "off", **(env or {})}
     proc = subprocess.run([PYINFRA, "-y", str(inventory), *args], cwd=ROOT, text=True, capture_output=True,
                           timeout=timeout, env=env)
     return PyinfraRun(proc.returncode, proc.stdout, proc.stderr, _totals(proc.stdout + proc.stderr))

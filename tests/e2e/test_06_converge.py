@@ -8,8 +8,11 @@ import re
 from tests.e2e.helpers import pyinfra, write_inventory
 from tritonfleet.sandbox import fleet
 
-#: Remote commands per host for a no-op deploys/serve.py run (the converge-cost budget).
+#: Remote commands per host for a no-op deploys/serve.py run (the converge-cost budget): without a fact plan
+#: (the first run of a deploy on this controller), and with the plan the previous run recorded (every fact in
+#: one command per host, roles/facts/cache.py).
 NOOP_BUDGET = 20
+PLANNED_BUDGET = 2
 HOST = "inf2"
 
 
@@ -29,9 +32,16 @@ def test_noop_serve_run_stays_within_the_command_budget(sandbox, tmp_path):
     commands, uploads = _sent(again.output, HOST)
     print(f"no-op serve run on {HOST}: {commands} remote commands, {uploads} uploads")
     assert uploads == 0
-    assert 0 < commands <= NOOP_BUDGET, f"{commands} remote commands on a no-op run (budget {NOOP_BUDGET})"
+    assert 0 < commands <= PLANNED_BUDGET, f"{commands} remote commands on a no-op run (budget {PLANNED_BUDGET})"
+    # without a plan (a controller that never ran this deploy): every fact on its own, still within budget
+    unplanned = pyinfra(inv, "--debug", "deploys/serve.py", env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert unplanned.returncode == 0 and unplanned.totals["changed"] == 0, unplanned.output[-4000:]
+    commands, uploads = _sent(unplanned.output, HOST)
+    print(f"no-op serve run on {HOST} without a fact plan: {commands} remote commands, {uploads} uploads")
+    assert uploads == 0
+    assert PLANNED_BUDGET < commands <= NOOP_BUDGET, f"{commands} remote commands without a plan (budget {NOOP_BUDGET})"
     secret = fleet.load_state()["repository_secret"]
-    assert secret not in again.output
+    assert secret not in again.output and secret not in unplanned.output
 
 
 def test_a_changing_run_masks_the_secret_in_debug_output(sandbox, tmp_path):

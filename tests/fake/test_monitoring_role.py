@@ -108,3 +108,13 @@ def test_neuron_exporter_without_a_python_for_it_is_refused_before_anything_runs
                      responses={"sys.version_info": ["none", "x86_64", "none"]})
     text = str(exc.value)
     assert "@fake/h1: agent_python 'python3': the host agent needs Python 3.9 to 3.12" in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_serve_includes_monitoring_only_behind_its_switch(monkeypatch, switch):
+    from tests.fake.test_roles import SERVE_DEPLOY
+
+    rec = run_deploys(SERVE_DEPLOY, {**DATA, "instance_type": "g5.xlarge", "monitoring_with_serve": switch},
+                      "ubuntu2204", monkeypatch)
+    assert (DROPIN in rec.uploads) is switch
+    assert any(c.startswith("docker run") and "tritonfleet-dcgm-exporter" in c for c in rec.commands) is switch
