@@ -76,7 +76,8 @@ def install(state) -> None:
 # asks is recorded (class and arguments) in a plan per deploy file and host, under the controller's cache; the
 # next run of that deploy reads every planned fact in one command per host, for all hosts at once, before any
 # operation is built, and seeds this cache with the results. A fact the plan lacks, or one whose command failed
-# in the batch, is read the usual way; a changed host drops the seeded values like any cached ones.
+# in the batch, is read the usual way; a changed host drops the seeded values like any cached ones. Plans live in
+# $TRITONFLEET_FACT_PLANS (default ~/.cache/tritonfleet/factplans); TRITONFLEET_FACT_PLANS=off turns them off.
 
 _MARK = "@@tritonfleet-fact"
 
@@ -85,8 +86,11 @@ def _plan_file(state, host) -> Path | None:
     deploy = getattr(state, "current_exec_filename", None)
     if not deploy:
         return None  # API mode (tests): no deploy file to key a plan by
+    where = os.environ.get("TRITONFLEET_FACT_PLANS", "")
+    if where == "off":
+        return None  # every fact read on its own (debugging, or measuring the cost without plans)
     key = hashlib.sha256(f"{os.path.abspath(deploy)}\0{host.name}".encode()).hexdigest()[:24]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonfleet" / "factplans"
+    base = Path(where) if where else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonfleet" / "factplans"
     return base / f"{key}.json"
 
 

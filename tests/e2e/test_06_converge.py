@@ -34,7 +34,7 @@ def test_noop_serve_run_stays_within_the_command_budget(sandbox, tmp_path):
     assert uploads == 0
     assert 0 < commands <= PLANNED_BUDGET, f"{commands} remote commands on a no-op run (budget {PLANNED_BUDGET})"
     # without a plan (a controller that never ran this deploy): every fact on its own, still within budget
-    unplanned = pyinfra(inv, "--debug", "deploys/serve.py", env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    unplanned = pyinfra(inv, "--debug", "deploys/serve.py", env={"TRITONFLEET_FACT_PLANS": "off"})
     assert unplanned.returncode == 0 and unplanned.totals["changed"] == 0, unplanned.output[-4000:]
     commands, uploads = _sent(unplanned.output, HOST)
     print(f"no-op serve run on {HOST} without a fact plan: {commands} remote commands, {uploads} uploads")

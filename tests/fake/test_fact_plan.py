@@ -24,6 +24,7 @@ from tests.fake.fakehost import healthy
 
 def test_a_run_records_its_facts_and_keeps_the_plan_private(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("TRITONFLEET_FACT_PLANS", raising=False)
     data = {"instance_type": "inf2.xlarge", "neuron_key_fingerprint": "A" * 40, "triton_repository_secret": "s" * 24,
             "fake_responses": healthy("inf2.xlarge", "debian12"), "fake_delay": 0, "fake_delay_jitter": 0}
     state = State(inventory=Inventory((["@fake/h1"], data)), config=Config())
@@ -44,6 +45,8 @@ def test_a_run_records_its_facts_and_keeps_the_plan_private(tmp_path, monkeypatc
     # another deploy file, another plan
     other = cache._plan_file(SimpleNamespace(current_exec_filename="deploys/qa.py"), SimpleNamespace(name="@fake/h1"))
     assert other != plan
+    monkeypatch.setenv("TRITONFLEET_FACT_PLANS", "off")
+    assert cache._plan_file(SimpleNamespace(current_exec_filename="deploys/qa.py"), SimpleNamespace(name="h")) is None
 
 
 class _Host:
