@@ -210,14 +210,23 @@ def _node_exporter(cfg: HostConfig) -> None:
         tarball = posixpath.join(hc.OPT_DIR, posixpath.basename(m.node_exporter_url))
         fetched = files.download(name="node exporter release (sha256 checked)", src=m.node_exporter_url,
                                  dest=tarball, sha256sum=m.node_exporter_sha256)
-        server.shell(name="node exporter binary from the release", _if=fetched.did_change, commands=[
+        binary = server.shell(name="node exporter binary from the release", _if=fetched.did_change, commands=[
             f"tar -xzf {tarball} -C /usr/local/bin --strip-components=1 --wildcards '*/node_exporter'"])
         unit = managed_files(name="node exporter unit", files={
             NODE_UNIT_FILE: render("monitoring/node-exporter.service.j2", binary=NODE_BINARY, args=args)})
-    daemon_reload(name="systemd reads the node exporter's unit", _if=unit.did_change)
-    services(name="node exporter restarted with its new settings", units=[NODE_UNIT], restarted=True,
-             _if=unit.did_change)
-    services(name="node exporter running and enabled", units=[NODE_UNIT], running=True, enabled=True)
+        _running("node exporter", NODE_UNIT, unit, binary)
+        return
+    _running("node exporter", NODE_UNIT, unit)
+
+
+def _running(what: str, unit_name: str, unit, *more) -> None:
+    """The unit re-read and restarted when its file (``unit``) or anything in ``more`` changed, then running and
+    enabled."""
+    changed = [unit, *more]
+    daemon_reload(name=f"systemd reads the {what}'s unit", _if=unit.did_change)
+    services(name=f"{what} restarted with its new settings", units=[unit_name], restarted=True,
+             _if=lambda: any(op.did_change() for op in changed))
+    services(name=f"{what} running and enabled", units=[unit_name], running=True, enabled=True)
 
 
 def _neuron_exporter(cfg: HostConfig) -> None:
@@ -228,10 +237,7 @@ def _neuron_exporter(cfg: HostConfig) -> None:
         NEURON_UNIT_FILE: render("monitoring/neuron-monitor.service.j2", bin=NEURON_BIN, config=NEURON_CONFIG,
                                  python=f"{hc.AGENT_VENV}/bin/python", port=m.neuron_exporter_port),
     })
-    daemon_reload(name="systemd reads the Neuron monitor's unit", _if=unit.did_change)
-    services(name="Neuron monitor restarted with its new config", units=[NEURON_UNIT], restarted=True,
-             _if=unit.did_change)
-    services(name="Neuron monitor running and enabled", units=[NEURON_UNIT], running=True, enabled=True)
+    _running("Neuron monitor", NEURON_UNIT, unit)
 
 
 def _dcgm_exporter(cfg: HostConfig) -> None:

@@ -22,15 +22,15 @@ import tarfile
 from pathlib import Path
 
 from tritonfleet import catalog
-from tritonfleet.sandbox.dockerarchive import CREATED, write_docker_archive
-from tritonfleet.sandbox.fsutil import SOURCE_DATE_EPOCH, write_atomic
+from tritonfleet.sandbox.dockerarchive import CREATED
+from tritonfleet.sandbox.fsutil import SOURCE_DATE_EPOCH
 from tritonfleet.sandbox.image import (
     BASE_INCLUDE,
     _finish_layer,
     _HashingWriter,
     _layer_cached,
     _prune,
-    _read_meta,
+    archive_unless_current,
     base_layer,
 )
 from tritonfleet.sandbox.standins import DATA_DIR, NVIDIA_DRIVERS
@@ -284,20 +284,4 @@ def build_dcgm_image(
     cache_dir, out = Path(cache_dir), Path(out)
     layers = [base_layer(cache_dir, base_tar), dcgm_layer(cache_dir, driver_version)]
     config = image_config([d for _, d in layers], tag)
-    digest = hashlib.sha256(
-        json.dumps({"recipe": RECIPE_VERSION, "tag": tag, "config": config}, sort_keys=True).encode()
-    ).hexdigest()
-    stamp_file = cache_dir / "dcgm-archives.json"
-    stamps = _read_meta(stamp_file) or {}
-    key = str(out.resolve())
-    try:
-        st = out.stat()
-        current = stamps.get(key) == {"inputs": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    except OSError:
-        current = False
-    if not current:
-        write_docker_archive(out, layers, config, tag)
-        st = out.stat()
-        stamps[key] = {"inputs": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        write_atomic(stamp_file, json.dumps(stamps, indent=1, sort_keys=True).encode())
-    return out
+    return archive_unless_current(out, layers, config, tag, cache_dir / "dcgm-archives.json", RECIPE_VERSION)

@@ -363,10 +363,16 @@ def build_triton_image(
     cache_dir, out = Path(cache_dir), Path(out)
     layers = [base_layer(cache_dir, base_tar), triton_layer(cache_dir, neuron_runtime)]
     config = image_config([d for _, d in layers], tag, neuron_runtime)
+    return archive_unless_current(out, layers, config, tag, cache_dir / "archives.json", RECIPE_VERSION)
+
+
+def archive_unless_current(out: Path, layers: list[tuple[Path, str]], config: dict, tag: str, stamp_file: Path,
+                           recipe: str) -> Path:
+    """Write the ``docker save`` archive ``out`` unless the stamp in ``stamp_file`` says it already holds these
+    inputs (recipe, tag, config: the layers' digests are in it) and was not touched since."""
     digest = hashlib.sha256(
-        json.dumps({"recipe": RECIPE_VERSION, "tag": tag, "config": config}, sort_keys=True).encode()
+        json.dumps({"recipe": recipe, "tag": tag, "config": config}, sort_keys=True).encode()
     ).hexdigest()
-    stamp_file = cache_dir / "archives.json"
     stamps = _read_meta(stamp_file) or {}
     key = str(out.resolve())
     try:
