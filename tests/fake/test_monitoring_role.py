@@ -54,8 +54,9 @@ def test_neuron_host_gets_node_exporter_and_neuron_monitor(monkeypatch, os_key):
     assert [m["type"] for m in config["neuron_runtimes"][0]["metrics"]][0] == "neuroncore_counters"
     assert {m["type"] for m in config["system_metrics"]} == {"neuron_hw_counters", "vcpu_usage", "memory_info"}
     assert "systemctl daemon-reload" in rec.text
-    assert "systemctl restart prometheus-node-exporter.service" in rec.text  # new settings: restarted
-    assert "systemctl restart tritonfleet-neuron-monitor.service" in rec.text
+    # new settings: restarted, then running (the fake host's systemd knows neither unit: each is a start)
+    assert rec.commands.count("systemctl start prometheus-node-exporter.service") == 2
+    assert rec.commands.count("systemctl start tritonfleet-neuron-monitor.service") == 2
     assert "dcgm" not in rec.text
 
 
