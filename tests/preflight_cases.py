@@ -42,7 +42,8 @@ BAD = [
      "unknown metric group"),
     ("inf2.xlarge", {"monitoring_node_exporter_url": "https://example.com/node_exporter.tar.gz"},
      "monitoring_node_exporter_sha256", "go together"),
-    ("g5.xlarge", {"monitoring_dcgm_image_source": "archive", "nvidia_key_fingerprint": "A" * 40},
+    ("g5.xlarge", {"monitoring_dcgm_image_source": "archive", "monitoring_dcgm_image_archive": None,
+                   "nvidia_key_fingerprint": "A" * 40},
      "monitoring_dcgm_image_archive", "required when"),
     ("inf2.xlarge", {"monitoring_bind_address": "0.0.0"}, "monitoring_bind_address", ""),
 ]
