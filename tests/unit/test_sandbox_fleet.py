@@ -20,7 +20,7 @@ import tritonfleet.sandbox.inventory as inventory
 
 # The names every sandbox module may hold that point at machine-global things.
 ISOLATED = ("STATE_DIR", "CACHE_DIR", "BRIDGE", "BRIDGE_IP", "NETNS_PREFIX", "VETH_PREFIX",
-            "CGROUP_PARENT", "CGROUP_PREFIX", "REPO_PORT", "IMDS_PORT", "S3_PORT")
+            "CGROUP_PARENT", "CGROUP_PREFIX", "REPO_PORT", "IMDS_PORT", "S3_PORT", "PROMETHEUS_PORT")
 
 
 def _free_ports(n: int) -> list[int]:
@@ -46,10 +46,11 @@ def isolated(tmp_path, monkeypatch):
                     if hasattr(module, key):
                         monkeypatch.setattr(module, key, value)
 
-    repo, imds, s3 = _free_ports(3)
+    repo, imds, s3, prometheus = _free_ports(4)
     patch(STATE_DIR=tmp_path / "state", CACHE_DIR=tmp_path / "cache-a", BRIDGE="tfut0", BRIDGE_IP="127.0.0.1",
           NETNS_PREFIX="tfut-", VETH_PREFIX="tfutv-", CGROUP_PARENT="tritonfleet-unittest",
-          CGROUP_PREFIX="tritonfleet-unittest-", REPO_PORT=repo, IMDS_PORT=imds, S3_PORT=s3)
+          CGROUP_PREFIX="tritonfleet-unittest-", REPO_PORT=repo, IMDS_PORT=imds, S3_PORT=s3,
+          PROMETHEUS_PORT=prometheus)
     return patch
 
 
@@ -148,13 +149,14 @@ def test_down_stops_services_started_with_another_cache_dir(isolated, root_only,
     (tmp_path / "state").mkdir()
     fleet.ensure_services(fleet.load_state())
     pids = _service_pids()
-    assert len(pids) == 3 and all(_pid_alive(p) for p in pids)
-    isolated(CACHE_DIR=tmp_path / "cache-b")  # the environment `down` runs in
     try:
+        assert len(pids) == 4 and all(_pid_alive(p) for p in pids)  # repositories, IMDS, S3, Prometheus
+        isolated(CACHE_DIR=tmp_path / "cache-b")  # the environment `down` runs in
         left = fleet.down()
         assert [p for p in pids if _pid_alive(p)] == [], "services still running after down"
         assert left == []
-        assert all(_port_free(port) for port in (fleet.REPO_PORT, fleet.IMDS_PORT, fleet.S3_PORT))
+        assert all(_port_free(port) for port in (fleet.REPO_PORT, fleet.IMDS_PORT, fleet.S3_PORT,
+                                                 fleet.PROMETHEUS_PORT))
     finally:
         _kill(pids)
 

@@ -65,8 +65,9 @@ def wanted_services(cache: Path) -> dict[str, tuple[int, list[str]]]:
         "s3": (S3_PORT, [str(Path(py).parent / "moto_server"), "-H", BRIDGE_IP, "-p", str(S3_PORT)]),
         # Debian's prometheus (make prereqs installs it), scraping the targets `tritonfleet monitoring targets`
         # writes for the sandbox inventory (write_monitoring_targets)
-        "prometheus": (PROMETHEUS_PORT, [PROMETHEUS, f"--config.file={monitoring_dir() / 'prometheus.yml'}",
-                                         f"--storage.tsdb.path={layout.STATE_DIR / 'prometheus-data'}",
+        # (paths as arguments of their own: a leftover from another state directory is still recognised)
+        "prometheus": (PROMETHEUS_PORT, [PROMETHEUS, "--config.file", str(monitoring_dir() / "prometheus.yml"),
+                                         "--storage.tsdb.path", str(layout.STATE_DIR / "prometheus-data"),
                                          "--storage.tsdb.retention.time=2d",
                                          f"--web.listen-address={BRIDGE_IP}:{PROMETHEUS_PORT}"]),
     }
