@@ -15,23 +15,17 @@ inputs change, and the same inputs give the same bytes.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
-import tarfile
 from pathlib import Path
 
 from tritonfleet import catalog
 from tritonfleet.sandbox.dockerarchive import CREATED
-from tritonfleet.sandbox.fsutil import SOURCE_DATE_EPOCH
 from tritonfleet.sandbox.image import (
     BASE_INCLUDE,
-    _finish_layer,
-    _HashingWriter,
-    _layer_cached,
-    _prune,
     archive_unless_current,
     base_layer,
+    cached_layer,
 )
 from tritonfleet.sandbox.standins import DATA_DIR, NVIDIA_DRIVERS
 
@@ -201,26 +195,8 @@ def dcgm_layer(cache_dir: Path, driver_version: str = DEFAULT_DRIVER) -> tuple[P
         h.update(f"{path}\0{mode:o}\0".encode())
         if data is not None:
             h.update(hashlib.sha256(data).digest())
-    layer = cache_dir / f"dcgm-layer-{h.hexdigest()[:16]}.tar"
-    cached = _layer_cached(layer)
-    if cached:
-        return layer, cached
-    tmp = layer.with_name(layer.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        writer = _HashingWriter(fh)
-        with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as out:  # type: ignore[call-overload]
-            for path, data, mode in entries:
-                ti = tarfile.TarInfo(path)
-                ti.mode, ti.mtime, ti.uname, ti.gname = mode, SOURCE_DATE_EPOCH, "", ""
-                if data is None:
-                    ti.type = tarfile.DIRTYPE
-                    out.addfile(ti)
-                else:
-                    ti.size = len(data)
-                    out.addfile(ti, io.BytesIO(data))
-    diff_id = _finish_layer(tmp, layer, writer, {"dcgm_exporter": f"{DCGM_VERSION}-{EXPORTER_VERSION}"})
-    _prune(cache_dir, "dcgm-layer-*", layer)
-    return layer, diff_id
+    return cached_layer(cache_dir / f"dcgm-layer-{h.hexdigest()[:16]}.tar", entries,
+                        {"dcgm_exporter": f"{DCGM_VERSION}-{EXPORTER_VERSION}"}, "dcgm-layer-*")
 
 
 def image_config(diff_ids: list[str], tag: str) -> dict:

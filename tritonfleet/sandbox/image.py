@@ -276,7 +276,15 @@ def triton_layer(cache_dir: Path, neuron_runtime: str) -> tuple[Path, str]:
             h.update(f"{src}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
         elif isinstance(src, bytes):
             h.update(hashlib.sha256(src).digest())
-    layer = cache_dir / f"triton-layer-{h.hexdigest()[:16]}.tar"
+    return cached_layer(cache_dir / f"triton-layer-{h.hexdigest()[:16]}.tar", entries,
+                        {"pytriton": _pytriton_version()}, "triton-layer-*")
+
+
+def cached_layer(layer: Path, entries: list[tuple[str, Path | bytes | None, int]], meta: dict,
+                 prune: str) -> tuple[Path, str]:
+    """(layer tar, diff_id hex): the cached ``layer`` when it is complete, else written from ``entries``
+    ((path, source, mode): a directory for None, the bytes, or a controller file's content) with fixed owners
+    and times; older layers matching ``prune`` are removed."""
     cached = _layer_cached(layer)
     if cached:
         return layer, cached
@@ -297,8 +305,8 @@ def triton_layer(cache_dir: Path, neuron_runtime: str) -> tuple[Path, str]:
                     ti.size = src.stat().st_size
                     with open(src, "rb") as data:
                         out.addfile(ti, data)
-    diff_id = _finish_layer(tmp, layer, writer, {"pytriton": _pytriton_version()})
-    _prune(cache_dir, "triton-layer-*", layer)
+    diff_id = _finish_layer(tmp, layer, writer, meta)
+    _prune(layer.parent, prune, layer)
     return layer, diff_id
 
 
