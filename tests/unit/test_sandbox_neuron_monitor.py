@@ -22,19 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_sandbox_standins import INF2
 from tritonfleet.sandbox import standins
 
-HW = {
-    "instance_type": "inf2.24xlarge",
-    "instance_id": "i-0sandbox00000001",
-    "availability_zone": "us-east-1a",
-    "accelerator": "neuron",
-    "device_name": "Inferentia2",
-    "device_count": 6,
-    "cores_per_device": 2,
-    "device_memory_bytes": 34359738368,
-    "logical_neuroncore_config": None,
-}
+HW = {k: v for k, v in INF2.items() if k != "driver_creates_devices"}  # the stand-in tools' hardware file
 VALUES = {"PACKAGE": "aws-neuronx-tools", "VERSION": "2.32.28.0"}
 BUSY = "import time\nend = time.time() + 60\nwhile time.time() < end:\n    pass\n"
 # a "server" whose worker child inherits the variable (must not count as a second runtime)

@@ -22,7 +22,7 @@ from pathlib import Path
 from tritonfleet import catalog
 from tritonfleet.sandbox.dockerarchive import CREATED
 from tritonfleet.sandbox.image import (
-    BASE_INCLUDE,
+    BASE_HISTORY,
     archive_unless_current,
     base_layer,
     cached_layer,
@@ -227,12 +227,7 @@ def image_config(diff_ids: list[str], tag: str) -> dict:
         },
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d in diff_ids]},
         "history": [
-            {
-                "created": CREATED,
-                "created_by": "mmdebstrap --variant=essential --include="
-                + ",".join(BASE_INCLUDE)
-                + " bookworm",
-            },
+            BASE_HISTORY,
             {
                 "created": CREATED,
                 "created_by": f"tritonfleet sandbox: dcgm-exporter stand-in {DCGM_VERSION}-{EXPORTER_VERSION} "

@@ -33,6 +33,9 @@ TRITON_VERSION = "2.51.0"
 DEFAULT_TAG = "tritonfleet-sandbox/tritonserver:2.51.0-sandbox"
 DEFAULT_NEURON_RUNTIME = "2.34.10.0"
 BASE_INCLUDE = ("python3-numpy", "libpython3.11", "libstdc++6")
+#: the base layer's entry in an image's history (every sandbox image starts with it)
+BASE_HISTORY = {"created": CREATED, "created_by": "mmdebstrap --variant=essential --include="
+                + ",".join(BASE_INCLUDE) + " bookworm"}
 PYTHON_STUB = "3.11"  # Debian 12's python, which the stub links against
 ENV_PATH = "/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -339,12 +342,7 @@ def image_config(diff_ids: list[str], tag: str, neuron_runtime: str) -> dict:
         },
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d in diff_ids]},
         "history": [
-            {
-                "created": CREATED,
-                "created_by": "mmdebstrap --variant=essential --include="
-                + ",".join(BASE_INCLUDE)
-                + " bookworm",
-            },
+            BASE_HISTORY,
             {
                 "created": CREATED,
                 "created_by": f"tritonfleet sandbox: /opt/tritonserver from nvidia-pytriton {_pytriton_version()} "
