@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field, field_validator
 from pyinfra.api import deploy
 
@@ -19,7 +21,7 @@ class Settings(RoleSettings):
         "Packages the roles rely on (keys, downloads), by logical name; the platform maps them "
         "(AL2023's curl-minimal and gnupg2-minimal already provide curl and gpg)."))
     memlock_limit: str = Field("unlimited", description=(
-        '/etc/security/limits.d memlock for all users ("unlimited" or KiB).'))
+        '/etc/security/limits.d memlock for all users ("unlimited" or a positive number of KiB).'))
     hide_processes: bool = Field(True, description=(
         "Mount /proc with hidepid=invisible: local users see only their own processes, so Triton's command "
         "line (it carries the repository secret) is visible to root only."))
@@ -27,8 +29,8 @@ class Settings(RoleSettings):
     @field_validator("memlock_limit")
     @classmethod
     def _memlock(cls, v: str) -> str:
-        if v != "unlimited" and not v.isdigit():
-            raise ValueError("expected 'unlimited' or a number of KiB")
+        if v != "unlimited" and not re.fullmatch(r"[1-9][0-9]{0,18}", v):
+            raise ValueError("expected 'unlimited' or a positive number of KiB")
         return v
 
 

@@ -12,7 +12,7 @@ from roles.context import config_for
 from roles.facts.packages import InstalledPackages
 from roles.operations.files import managed_files
 from roles.operations.services import services
-from tritonfleet.config import HostConfig, Role, RoleSettings, absolute_path, matching
+from tritonfleet.config import HostConfig, Limit, Role, RoleSettings, absolute_path, matching
 from tritonfleet.templating import render
 
 #: Engines from Docker's own repositories: left as they are.
@@ -28,9 +28,9 @@ class Settings(RoleSettings):
     log_max_size: str = Field("100m", description="json-file log rotation: size of one log file.")
     log_max_file: int = Field(5, ge=1, le=100, description="json-file log rotation: files kept per container.")
     live_restore: bool = Field(True, description="Keep containers running while dockerd restarts (config changes, upgrades).")
-    ulimit_memlock: int = Field(-1, ge=-1, description=(
+    ulimit_memlock: Limit = Field(-1, description=(
         "memlock limit of every container, default-ulimits and Triton's --ulimit (-1 = unlimited; Neuron needs it)."))
-    ulimit_stack: int = Field(67108864, ge=-1, description=(
+    ulimit_stack: Limit = Field(67108864, description=(
         "stack limit of every container, default-ulimits and Triton's --ulimit (64 MiB)."))
 
     _abs = field_validator("data_root")(lambda v: absolute_path(v))

@@ -15,7 +15,7 @@ from roles.operations.accelerators import verify_neuron_devices
 from roles.operations.files import managed_files
 from roles.operations.services import services
 from tritonfleet import compat
-from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, http_url
+from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, Version, http_url
 from tritonfleet.fingerprints import fingerprint
 from tritonfleet.templating import render
 
@@ -31,9 +31,9 @@ def _version(v: str | None) -> str | None:
 
 
 class Settings(RoleSettings):
-    sdk_release: str = Field(compat.DEFAULT_SDK_RELEASE, description=(
+    sdk_release: Version = Field(compat.DEFAULT_SDK_RELEASE, description=(
         "Neuron SDK release whose component versions are pinned (see neuron_releases)."))
-    releases: dict[str, dict[str, str]] = Field(compat.NEURON_RELEASES, description=(
+    releases: dict[Version, dict[str, Version]] = Field(compat.NEURON_RELEASES, description=(
         'SDK release -> {package: version}; versions are pinned by whole components ("2.29" -> "2.29.*").'))
     apt_url: str = Field("https://apt.repos.neuron.amazonaws.com", description="Neuron apt repository URL.")
     apt_suite: str | None = Field(None, description="apt suite; None = the OS codename (jammy, noble, bookworm).")
@@ -47,8 +47,8 @@ class Settings(RoleSettings):
     install_collectives: bool = Field(False, description="aws-neuronx-collectives on the host (off: it belongs in the image).")
     install_oci_hook: bool = Field(False, description=(
         "aws-neuronx-oci-hook (only for AWS_NEURON_VISIBLE_DEVICES-style containers)."))
-    inf1_dkms_pin: str = Field(compat.INF1_DKMS_PIN, description="inf1 stays on the last driver line that supports it.")
-    dkms_version: str | None = Field(None, description=(
+    inf1_dkms_pin: Version = Field(compat.INF1_DKMS_PIN, description="inf1 stays on the last driver line that supports it.")
+    dkms_version: Version | None = Field(None, description=(
         "Explicit aws-neuronx-dkms version pattern (overrides the release table and the inf1 pin)."))
     remove_legacy: bool = Field(True, description=(
         "Stop/remove neuron-rtd (aws-neuron-runtime) and replace aws-neuron-dkms by aws-neuronx-dkms."))

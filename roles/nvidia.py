@@ -13,7 +13,7 @@ from pyinfra.api import deploy
 from roles import platform
 from roles.context import config_for
 from roles.operations.accelerators import verify_gpus
-from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, http_url
+from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, Version, http_url
 from tritonfleet.fingerprints import fingerprint
 
 REPO_ID = "nvidia-container-toolkit"
@@ -21,7 +21,7 @@ TOOLKIT = "nvidia-container-toolkit"
 
 
 class Settings(RoleSettings):
-    driver_branch: str = Field("550", description="NVIDIA driver branch (e.g. 550).")
+    driver_branch: Version = Field("550", description="NVIDIA driver branch (e.g. 550).")
     driver_package: str | None = Field(None, description=(
         "Driver package ({branch} is substituted); None = the platform's (nvidia-driver-{branch}-server on "
         "Ubuntu/Debian; none on Amazon Linux 2023, whose GPU DLAMIs ship the driver)."))
@@ -31,7 +31,7 @@ class Settings(RoleSettings):
                                  description="nvidia-container-toolkit rpm repository.")
     key_url: str | None = Field(None, description="Repository key URL; None = https://nvidia.github.io/libnvidia-container/gpgkey.")
     key_fingerprint: str | None = Field(None, description="Expected key fingerprint (required on GPU hosts).")
-    toolkit_version: str | None = Field(None, description='Optional nvidia-container-toolkit version pattern, e.g. "1.17.*".')
+    toolkit_version: Version | None = Field(None, description='Optional nvidia-container-toolkit version pattern, e.g. "1.17.*".')
 
     _urls = field_validator("toolkit_apt_url", "toolkit_yum_url", "key_url")(lambda v: http_url(v))
     _fpr = field_validator("key_fingerprint")(lambda v: fingerprint(v))

@@ -41,6 +41,7 @@ from tritonfleet.config import (
     HostConfig,
     Role,
     RoleSettings,
+    Version,
     absolute_path,
     http_url,
     image_reference,
@@ -81,12 +82,13 @@ class Settings(RoleSettings):
     repository_header: str = Field(hc.REPOSITORY_HEADER, description=(
         "Header the model-repository API (load/unload/index) requires; lowercase (gRPC metadata keys are)."))
     repository_secret: str | None = Field(None, description="Per-fleet secret value of that header (required; keep it out of git).")
-    python_shm_default_byte_size: int = Field(16777216, ge=1048576, description="python backend shm-default-byte-size.")
+    python_shm_default_byte_size: int = Field(16777216, ge=1 << 20, le=64 << 30, description=(
+        "python backend shm-default-byte-size (1 MiB to 64 GiB)."))
     extra_args: list[str] = Field([], description="Extra tritonserver arguments (not the flags tritonfleet manages).")
     health_timeout: int = Field(180, ge=1, le=3600, description="Seconds to wait for server and models to become ready.")
     neuron_rt_log_level: Literal["TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL"] = Field(
         "ERROR", description="NEURON_RT_LOG_LEVEL in the containers.")
-    neuron_runtime_version: str | None = Field(None, description=(
+    neuron_runtime_version: Version | None = Field(None, description=(
         "aws-neuronx-runtime-lib in the image when the image does not label it (None: from the release)."))
     restart_policy: Literal["no", "always", "unless-stopped", "on-failure"] = Field("unless-stopped", description=(
         'Docker restart policy of the containers (Docker owns their lifecycle; see "Serving").'))

@@ -21,10 +21,10 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from tritonfleet import catalog
 from tritonfleet.platforms import Platform
@@ -203,10 +203,14 @@ def split(data: Mapping[str, Any], roles: Sequence[Role]) -> tuple[dict[str, dic
 
 
 def flat_field(section: str, loc: Sequence[Any]) -> str:
-    """``("servers", 1, "devices")`` in section ``triton`` -> ``triton_servers[1].devices``."""
+    """``("servers", 1, "devices")`` in section ``triton`` -> ``triton_servers[1].devices``; a mapping's key that is
+    no name is quoted: ``("releases", "2.32.0")`` in section ``neuron`` -> ``neuron_releases['2.32.0']``."""
     out = f"{section}_{loc[0]}" if loc else section
     for part in loc[1:]:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if str(part).isidentifier() else f"[{str(part)!r}]"
     return out
 
 
@@ -237,11 +241,12 @@ def image_reference(value: str | None) -> str | None:
 
 
 def matching(pattern: str, message: str) -> Callable[[Any], Any]:
-    """A validator: the value (when set) must match ``pattern``, else ``message``."""
+    """A validator: the value (when set) must match ``pattern`` as a whole (a trailing newline is not let
+    through by ``$``), else ``message``."""
     regex = re.compile(pattern)
 
     def check(value: Any) -> Any:
-        if value is not None and not regex.match(str(value)):
+        if value is not None and not regex.fullmatch(str(value)):
             raise ValueError(message)
         return value
 
@@ -253,6 +258,35 @@ def absolute_path(value: str | None) -> str | None:
     if value is not None and (not value.startswith("/") or value.rstrip("/") == ""):
         raise ValueError("expected an absolute path of its own (not /)")
     return value
+
+
+#: A package version as apt and dnf take it (``1.17.3-1``, ``535.183.01-1``, ``2.30.2.0-dkms``, ``1:2.30.2.0``,
+#: ``2.32.0``, ``550``) or a pattern of one (``1.17.*``, ``2.30.2.0*``): a digit first, then letters, digits and
+#: ``. + ~ _ -``, and at most one ``*``, at the end. No spaces, no shell metacharacters, never empty.
+_VERSION = re.compile(r"(?:\d{1,9}:)?\d[A-Za-z0-9.+~_-]{0,63}\*?")
+
+
+def version(value: str) -> str:
+    """Validate a package version or version pattern (see :data:`Version`)."""
+    if not _VERSION.fullmatch(value):
+        raise ValueError("invalid version: expected a package version like 1.17.3-1 or a pattern like 1.17.*")
+    return value
+
+
+#: The one type of every setting that is a package, driver or toolkit version (or a pattern of one). Roles may
+#: check more (e.g. that the Neuron compatibility table can order it), never less.
+Version = Annotated[str, AfterValidator(version)]
+
+
+def _limit(value: int) -> int:
+    if value == 0:
+        raise ValueError("expected -1 (unlimited) or a positive limit")
+    return value
+
+
+#: A resource limit (ulimit, rlimit): -1 for unlimited or a positive number; 0 and values below -1 are refused.
+#: The upper bound is what Docker and the kernel take (int64).
+Limit = Annotated[int, Field(ge=-1, le=2**63 - 1), AfterValidator(_limit)]
 
 
 # -- validation -------------------------------------------------------------------------------------------

@@ -96,8 +96,15 @@ STRICTER = [
     ("inf2.xlarge", {"efa_install": "always"}, "efa_install", "has no EFA interface"),
     ("inf1.6xlarge", {"neuron_inf1_dkms_pin": "2.240.*"}, "neuron_inf1_dkms_pin", "2.24 or older"),
     ("inf1.6xlarge", {"neuron_dkms_version": "2.26.*"}, "neuron_dkms_version", "2.24 or older"),
-    ("inf2.xlarge", {"neuron_releases": {"2.32.0": {"aws-neuronx-dkms": "latest"}}}, "neuron_releases",
-     "invalid version 'latest'"),
+    ("inf2.xlarge", {"neuron_releases": {"2.32.0": {"aws-neuronx-dkms": "latest"}}},
+     "neuron_releases['2.32.0']['aws-neuronx-dkms'] 'latest'", "invalid version"),
+    ("inf2.xlarge", {"neuron_releases": {"2.32.0": {"aws-neuronx-dkms": "2.1a"}}}, "neuron_releases",
+     "invalid version '2.1a'"),
+    ("inf2.xlarge", {"docker_ulimit_stack": 0}, "docker_ulimit_stack", "expected -1 (unlimited) or a positive limit"),
+    ("g5.xlarge", {"nvidia_key_fingerprint": FPR, "nvidia_toolkit_version": "1.17.*; curl x | sh"},
+     "nvidia_toolkit_version", "invalid version"),
+    ("inf2.xlarge", {"base_memlock_limit": "0"}, "base_memlock_limit", "positive number of KiB"),
+    ("inf2.xlarge", {"docker_log_max_size": "100m\n"}, "docker_log_max_size", "size like 100m"),
     ("inf2.xlarge", {"neuron_sdk_release": "x.y"}, "neuron_sdk_release", "invalid version"),
     ("inf2.xlarge", {"neuron_dkms_version": -1}, "neuron_dkms_version", "valid string"),
     ("inf2.xlarge", {"triton_servers": [{"devices": [-1]}]}, "triton_servers[0].devices", "device -1 not on"),
@@ -119,6 +126,15 @@ def test_unambiguous_values_are_accepted():
                      "nvidia_driver_branch": 550})
     assert c.nvidia.driver_branch == "550"
     assert cfg("inf1.6xlarge", neuron_inf1_dkms_pin="2.23.*").neuron.inf1_dkms_pin == "2.23.*"
+    assert cfg("inf2.xlarge", docker_ulimit_stack=-1, docker_ulimit_memlock=1).docker.ulimit_stack == -1
+
+
+@pytest.mark.parametrize("value", ["1.17.3-1", "1.17.*", "1.17.3*", "2.19.64.0", "535.183.01-1", "1:1.17.3-1",
+                                   "1.17.3-1.el9", "1.17.0~rc.1-1"])
+def test_realistic_toolkit_versions_are_accepted(value):
+    c = host_config({"instance_type": "g5.xlarge", "nvidia_key_fingerprint": FPR, "triton_repository_secret": "s" * 24,
+                     "nvidia_toolkit_version": value})
+    assert c.nvidia.toolkit_version == value
 
 
 def test_secret_values_are_never_echoed():
