@@ -65,3 +65,44 @@ def test_a_run_limited_to_some_hosts_judges_only_those(tmp_path):
     qa.fleet_table(str(tmp_path), "S1", hosts=["b"])
     with pytest.raises(qa.QAFailed, match="QA failed on c"):
         qa.fleet_table(str(tmp_path), "S1", hosts=["b", "c"])
+
+
+ERROR = {"model": "add_sub", "status": "error", "outcome": "request-error",
+         "message": "add_sub on triton: [StatusCode.UNAVAILABLE] failed to connect", "worst": None,
+         "p50_ms": None, "p99_ms": None}
+SKIPPED = {"model": "big", "status": "skipped", "outcome": "skipped", "message": "needs 32 NeuronCores, host has 2",
+           "worst": None, "p50_ms": None, "p99_ms": None}
+
+
+def test_error_rows_fail_the_gate_and_say_why(tmp_path):
+    _write(tmp_path, "a", "S1", [PASS])
+    _write(tmp_path, "b", "S1", [PASS, ERROR])
+    with pytest.raises(qa.QAFailed, match=r"QA failed on b \("):
+        qa.fleet_table(str(tmp_path), "S1")
+    (row,) = [r for r in qa.rows(qa.load_reports(str(tmp_path), "S1")) if r["host"] == "b"]
+    assert row["failures"] == 1 and row["cases"] == 2
+
+
+def test_a_status_the_table_does_not_know_is_a_failure(tmp_path):
+    _write(tmp_path, "a", "S1", [PASS, {**PASS, "status": "crashed"}])
+    with pytest.raises(qa.QAFailed, match="QA failed on a"):
+        qa.fleet_table(str(tmp_path), "S1")
+
+
+@pytest.mark.parametrize("cases, says", [
+    ([], "no cases ran"),
+    ([SKIPPED, SKIPPED], "all 2 cases skipped: needs 32 NeuronCores"),
+])
+def test_a_host_whose_report_ran_nothing_fails_instead_of_vanishing(tmp_path, cases, says):
+    _write(tmp_path, "a", "S1", [PASS])
+    _write(tmp_path, "b", "S1", cases)
+    with pytest.raises(qa.QAFailed, match=r"QA failed on b \("):
+        qa.fleet_table(str(tmp_path), "S1", hosts=["a", "b"])
+    (row,) = [r for r in qa.rows(qa.load_reports(str(tmp_path), "S1")) if r["host"] == "b"]
+    assert row["failures"] == 1 and row["worst"].startswith(says)
+
+
+def test_skipped_cases_beside_passing_ones_do_not_fail(tmp_path):
+    _write(tmp_path, "a", "S1", [PASS, SKIPPED])
+    qa.fleet_table(str(tmp_path), "S1")
+    assert sum(r["failures"] for r in qa.rows(qa.load_reports(str(tmp_path), "S1"))) == 0

@@ -444,3 +444,35 @@ def test_packages_does_not_repair_a_healthy_dpkg(tmp_path):
     proc = run("packages.sh", "apt", "install", "120", "curl", env=env)
     assert proc.returncode == 0 and "repairing" not in proc.stderr
     assert not any("--configure" in c for c in (state / "calls").read_text().splitlines())
+
+
+# -- qa-run.sh --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, code, says", [
+    ("echo '2 cases, 2 passed'; echo 'report: /r/S.json /r/S.xml'; exit 0", 0, ""),
+    ("echo '2 cases, 1 failed'; echo 'report: /r/S.json /r/S.xml'; exit 1", 0, "failing cases on this host"),
+    ("echo 'Traceback (most recent call last):' >&2; exit 1", 1, "without writing its report"),
+    ("echo 'qa: error: suite add_sub.yaml: bad' >&2; exit 2", 2, "the QA runner failed (exit 2)"),
+    ("exit 3", 3, "the QA runner failed (exit 3)"),
+    ("kill -9 $$", 1, "took longer than 5s"),
+    ("kill -15 $$", 143, "the QA runner failed (exit 143)"),
+])
+def test_qa_run_fails_every_non_zero_runner_exit_but_failing_cases_with_a_report(tmp_path, body, code, says):
+    runner = tmp_path / "runner"
+    runner.write_text(f"#!/bin/sh\n{body}\n")
+    runner.chmod(0o755)
+    done = run("qa-run.sh", "5", str(runner), "qa", "run")
+    assert done.returncode == code, done.stderr
+    assert says in done.stderr
+    if "report:" in body:
+        assert "report: /r/S.json" in done.stdout  # the runner's own lines still reach the operation's output
+
+
+def test_qa_run_over_its_time_fails_and_a_missing_runner_fails(tmp_path):
+    slow = tmp_path / "slow"
+    slow.write_text("#!/bin/sh\necho 'report: /r/S.json'\nsleep 30\n")
+    slow.chmod(0o755)
+    done = run("qa-run.sh", "1", str(slow))
+    assert done.returncode == 1 and "took longer than 1s (qa_timeout)" in done.stderr
+    done = run("qa-run.sh", "5", str(tmp_path / "no-such-agent"), "qa", "run")
+    assert done.returncode == 127 and "the QA runner failed (exit 127)" in done.stderr

@@ -1,8 +1,10 @@
 """QA reports as the fleet sees them: one table over the hosts' reports of a run (``deploys/qa.py`` prints
 it; ``tritonfleet qa table`` prints it again from ``reports/``).
 
-Rows: host, model, cases, failures, worst error (output[index] abs/rel), p99 latency. A host whose report
-is missing is a row of its own and counts as failed.
+Rows: host, model, cases, failures, worst error (output[index] abs/rel), p99 latency. A case counts as a
+failure unless its status is ``passed`` or ``skipped`` (so ``failed``, ``error`` and any status this table does
+not know). A host whose report is missing, unreadable, without cases or with only skipped ones is a row of
+its own and counts as failed: a gate that ran nothing has checked nothing.
 """
 
 from __future__ import annotations
@@ -46,11 +48,18 @@ def rows(reports: dict[str, dict | None]) -> list[dict]:
         if report is None:
             out.append({"host": host, "model": "-", "cases": 0, "failures": 1, "worst": "no report", "p99_ms": None})
             continue
+        cases = report.get("cases") or []
+        if all(c.get("status") == "skipped" for c in cases):
+            why = (f"all {len(cases)} cases skipped: {cases[0].get('message') or 'no reason given'}"[:120]
+                   if cases else "no cases ran")
+            out.append({"host": host, "model": "-", "cases": len(cases), "failures": 1, "worst": why,
+                        "p99_ms": None})
+            continue
         models: dict[str, list[dict]] = {}
-        for case in report.get("cases", []):
+        for case in cases:
             models.setdefault(case.get("model", "?"), []).append(case)
         for model, cases in sorted(models.items()):
-            bad = [c for c in cases if c.get("status") in ("failed", "error")]
+            bad = [c for c in cases if c.get("status") not in ("passed", "skipped")]
             # the worst error of the cases meant to pass (a negative case's planted error is no finding)
             graded = [c for c in cases if c.get("worst") and (c.get("expected", "pass") == "pass")]
             worst = max((c["worst"] for c in graded), key=lambda w: w.get("abs") or 0, default=None)

@@ -22,6 +22,8 @@ import click
               help="Stop starting batches once failed hosts exceed this share of the fleet.")
 @click.option("--target-group", help="ELBv2 target group ARN: hosts leave it while they change.")
 @click.option("--region", help="AWS region of the target group.")
+@click.option("--lb-timeout", type=click.IntRange(10, 3600), default=600, show_default=True,
+              help="Seconds a host may take to drain from the target group, and to be healthy in it again.")
 @click.option("--deploy", default="deploys/serve.py", show_default=True, help="The deploy each host gets.")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, help="Where the report goes.")
 @click.option("--limit", help="Only these hosts (comma separated).")
@@ -29,7 +31,8 @@ import click
               help="Seconds one pyinfra run on one host may take.")
 def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoints: str,
             checkpoint_delay: int | None, batch: int, canary: int, fail_percent: float, target_group: str | None,
-            region: str | None, deploy: str, reports_dir: str, limit: str | None, step_timeout: int) -> None:
+            region: str | None, lb_timeout: int, deploy: str, reports_dir: str, limit: str | None,
+            step_timeout: int) -> None:
     """Roll the inventory's hosts through DEPLOY: canary, then batches; each host leaves the target group,
     is updated, passes the health gate and its QA suites, or is rolled back. Exits non-zero when a host
     failed or the rollout stopped. With --asg, an instance refresh of the Auto Scaling group instead."""
@@ -45,7 +48,8 @@ def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoint
         raise click.ClickException(f"--deploy {deploy}: no such file (run from the project checkout)")
     opts = ro.Options(inventory=inventory, batch=batch, canary=canary, fail_percent=fail_percent,
                       target_group=target_group, region=region, deploy=deploy, reports_dir=reports_dir,
-                      limit=[h for h in (limit or "").split(",") if h] or None, step_timeout=step_timeout)
+                      limit=[h for h in (limit or "").split(",") if h] or None, step_timeout=step_timeout,
+                      lb_timeout=lb_timeout)
     try:
         code = ro.main(opts, out=lambda line: click.echo(line, err=True))
     except (ro.RolloutError, OSError, SyntaxError) as exc:

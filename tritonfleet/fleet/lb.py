@@ -1,12 +1,18 @@
 """An ELBv2 target group during a rollout: a host is taken out (deregistered, connections drained) before it
 changes and put back (registered, waited for until healthy) after it serves again.
 
-Targets are the hosts' instance ids (host data ``instance_id``, which the EC2 inventory sets) or, for
-target groups of type ``ip``, their addresses (``lb_target_id`` overrides both). Ports: the target
-group's own.
+Targets, from the host data ``inventories/ec2.py`` sets: instance target groups take ``ec2_instance_id``,
+``ip`` target groups take ``ec2_private_ip`` (never a public address: a load balancer reaches its targets
+inside the VPC); ``lb_target_id`` overrides both. Ports: the target group's own. A wait that ends without
+the state it waited for raises :class:`TargetGroupError` with what the load balancer last said of the target.
 """
 
 from __future__ import annotations
+
+# host data key per target type
+TARGET_KEYS = {"instance": "ec2_instance_id", "ip": "ec2_private_ip"}
+# keys earlier versions read, and what replaced them
+RENAMED = {"instance_id": "ec2_instance_id"}
 
 
 class TargetGroupError(Exception):
@@ -14,26 +20,35 @@ class TargetGroupError(Exception):
 
 
 class TargetGroup:
-    def __init__(self, arn: str, region: str | None = None, client=None, delay: int = 5, attempts: int = 120) -> None:
+    def __init__(self, arn: str, region: str | None = None, client=None, delay: float = 5,
+                 attempts: int = 120) -> None:
         import boto3
+        from botocore.config import Config
 
         self.arn = arn
-        self.client = client or boto3.client("elbv2", region_name=region)
-        self.waiter = {"Delay": delay, "MaxAttempts": attempts}
+        self.client = client or boto3.client("elbv2", region_name=region,
+                                             config=Config(retries={"max_attempts": 10, "mode": "standard"}))
+        self.waiter = {"Delay": max(1, int(delay)), "MaxAttempts": max(1, int(attempts))}
         try:
             group = self.client.describe_target_groups(TargetGroupArns=[arn])["TargetGroups"][0]
         except Exception as exc:
             raise TargetGroupError(f"target group {arn}: {exc}") from None
         self.kind = group.get("TargetType", "instance")
+        if self.kind not in TARGET_KEYS:
+            raise TargetGroupError(f"target group {arn}: target type {self.kind} is not supported "
+                                   f"(instance or ip)")
 
     def target(self, name: str, data: dict) -> dict:
-        target = data.get("lb_target_id") or (data.get("instance_id") if self.kind == "instance"
-                                               else data.get("ssh_hostname"))
-        if not target:
-            need = "instance_id" if self.kind == "instance" else "ssh_hostname"
-            raise TargetGroupError(f"{name}: {need}: missing (needed to find the host in target group {self.arn}; "
-                                   "or set lb_target_id)")
-        return {"Id": target}
+        if data.get("lb_target_id"):
+            return {"Id": str(data["lb_target_id"])}
+        key = TARGET_KEYS[self.kind]
+        if data.get(key):
+            return {"Id": str(data[key])}
+        old = [k for k, new in RENAMED.items() if new == key and data.get(k)]
+        if old:
+            raise TargetGroupError(f"{name}: {old[0]}: renamed {key} (set {key}, or lb_target_id)")
+        raise TargetGroupError(f"{name}: {key}: missing (needed to find the host in {self.kind} target group "
+                               f"{self.arn}; inventories/ec2.py sets it, or set lb_target_id)")
 
     def check(self, hosts: list[tuple[str, dict]]) -> None:
         for name, data in hosts:
@@ -42,11 +57,30 @@ class TargetGroup:
     def take_out(self, name: str, data: dict) -> None:
         target = self.target(name, data)
         self.client.deregister_targets(TargetGroupArn=self.arn, Targets=[target])
-        self.client.get_waiter("target_deregistered").wait(TargetGroupArn=self.arn, Targets=[target],
-                                                           WaiterConfig=self.waiter)
+        self._wait("target_deregistered", name, target, "deregistered (drained)")
 
     def put_back(self, name: str, data: dict) -> None:
         target = self.target(name, data)
         self.client.register_targets(TargetGroupArn=self.arn, Targets=[target])
-        self.client.get_waiter("target_in_service").wait(TargetGroupArn=self.arn, Targets=[target],
-                                                         WaiterConfig=self.waiter)
+        self._wait("target_in_service", name, target, "healthy")
+
+    def _wait(self, waiter: str, name: str, target: dict, goal: str) -> None:
+        from botocore.exceptions import WaiterError
+
+        try:
+            self.client.get_waiter(waiter).wait(TargetGroupArn=self.arn, Targets=[target], WaiterConfig=self.waiter)
+        except WaiterError:
+            waited = self.waiter["Delay"] * self.waiter["MaxAttempts"]
+            raise TargetGroupError(f"{name}: target {target['Id']} not {goal} in {self.arn} after {waited}s "
+                                   f"({self.health(target)})") from None
+
+    def health(self, target: dict) -> str:
+        """What the target group says of a target now (state and reason), for messages."""
+        try:
+            found = self.client.describe_target_health(TargetGroupArn=self.arn, Targets=[target])
+        except Exception as exc:  # noqa: BLE001 - only for a message
+            return f"health unknown: {exc}"
+        for desc in found.get("TargetHealthDescriptions", []):
+            h = desc.get("TargetHealth", {})
+            return " ".join(x for x in (h.get("State"), h.get("Reason"), h.get("Description")) if x) or "no state"
+        return "not registered"

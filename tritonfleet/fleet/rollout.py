@@ -12,9 +12,16 @@ Order: the first ``canary`` hosts, then batches of ``batch`` hosts (in parallel 
    models back to their kept version), then check that it serves again; the failure is counted;
 6. back into the target group, waiting until it is healthy.
 
-New batches stop once the failed hosts exceed ``fail_percent`` of the fleet. A summary table is printed
-and ``<reports>/rollout-<UTC stamp>.json`` written; the exit code is non-zero when a host failed or the
-rollout stopped early.
+A host's status: ``updated``; ``rolled back`` (a step failed, the recorded point serves again); ``rollback
+failed`` (it does not serve again: it stays out of the load balancer); ``out of the load balancer`` (it serves,
+but its targets never became healthy again); ``not changed`` (its point could not be recorded or it could not
+leave the load balancer: nothing was applied); ``not started``. Every status but ``updated`` and ``not
+started`` is a failure. New batches stop once the failed hosts exceed ``fail_percent`` of the fleet. A summary
+table is printed and ``<reports>/rollout-<UTC stamp>.json`` written; the exit code is non-zero when a host
+failed or the rollout stopped early.
+
+One rollout at a time per reports directory: ``<reports>/.rollout.lock`` (flock, with the holder's pid) is
+held for the whole run, and a second rollout ends at once with one line naming the first.
 
 Interruption: pyinfra runs in sessions of their own, so Ctrl-C (SIGINT) reaches only the rollout, which
 starts nothing new, lets the hosts in flight finish their step sequence, and reports. If the rollout
@@ -25,8 +32,10 @@ waits for them before it starts.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,6 +48,10 @@ from pathlib import Path
 from tritonfleet import hostcontract as hc
 
 DEFAULT_MODELS_DIR = "/opt/tritonfleet/models"
+# How long a pyinfra run that overran --step-timeout gets after SIGTERM before its group is killed.
+TERM_GRACE = 30.0
+# Statuses that are no failure; every other final status is one (a new status counts unless listed here).
+NOT_FAILED = ("updated", "not started", "pending")
 
 
 class RolloutError(Exception):
@@ -57,13 +70,16 @@ class Options:
     reports_dir: str = "reports"
     limit: list[str] | None = None
     step_timeout: float = 1800
+    lb_timeout: float = 600  # seconds a host may take to drain, and to be healthy again, in the target group
+    lb_delay: float = 5  # seconds between two looks at the target group
     root: str = "."  # where deploys/ live (the project checkout)
 
 
 @dataclass
 class HostResult:
     host: str
-    status: str = "pending"  # "updated", "rolled back", "rollback failed", "not started"
+    status: str = "pending"  # "updated", "rolled back", "rollback failed", "out of the load balancer",
+    #                          "not changed", "not started" (module docstring)
     failed_step: str | None = None
     message: str = ""
     point: dict = field(default_factory=dict)
@@ -100,8 +116,12 @@ class Runner:
         try:
             out, _ = proc.communicate(timeout=self.opts.step_timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            out, _ = proc.communicate()
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.communicate(timeout=TERM_GRACE)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.communicate(timeout=TERM_GRACE)
             return False, f"{deploy} took longer than {self.opts.step_timeout:.0f}s"
         finally:
             with self._lock:
@@ -123,6 +143,43 @@ class Runner:
         if alive:
             raise RolloutError(f"pyinfra runs of an earlier rollout still running: pids {alive}")
         return sorted(set(left.values()))
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal a run's process group; a group that has already gone is no error."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class ReportsLock:
+    """``<reports>/.rollout.lock``: one rollout at a time against a reports directory (flock; released
+    by the kernel when the holder dies, so a killed rollout leaves no stale lock)."""
+
+    def __init__(self, reports_dir: str) -> None:
+        self.path = Path(reports_dir) / ".rollout.lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> ReportsLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RolloutError(f"another rollout is running against {self.path.parent}/ ({holder}); wait for it "
+                               "or use another --reports directory") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _alive(pid: int) -> bool:
@@ -153,10 +210,10 @@ def rollback_point(name: str, data: dict) -> dict:
 
     session = connect(name, data)
     try:
-        models_dir = data.get("models_dir") or DEFAULT_MODELS_DIR
+        current = shlex.quote(f"{data.get('models_dir') or DEFAULT_MODELS_DIR}/current")
         rc, out, err = session.run(
             f"for f in {hc.SERVERS_DIR}/*.json; do [ -f \"$f\" ] || continue; echo '@@record'; cat \"$f\"; done; "
-            f"echo '@@models'; readlink {models_dir}/current || true", root=True)
+            f"echo '@@models'; readlink {current} || true", root=True)
         if rc != 0:
             raise RolloutError(f"{name}: cannot read its host records: {err.strip()[:200]}")
         servers, version = {}, None
@@ -215,40 +272,69 @@ class Rollout:
     def roll(self, name: str, batch: int) -> HostResult:
         r = self.results[name]
         r.batch = batch
-        data = self.hosts[name]
         started = time.monotonic()
         try:
-            r.point = rollback_point(name, data)
-            if self.lb:
-                self.lb.take_out(name, data)
-            step, ok, why = "serve", *self.runner.run(self.opts.deploy, name)
-            if ok and data.get("qa_suites"):
-                step, ok, why = "qa", *self.runner.run("deploys/qa.py", name)
-            if ok:
-                r.status = "updated"
-            else:
-                r.failed_step, r.message = step, why
-                self.out(f"{name}: {step} failed, rolling back: {why}")
-                rb_ok, rb_why = self.runner.run("deploys/rollback.py", name,
-                                                {"rollback_point": json.dumps(r.point, separators=(",", ":"))})
-                back, seen = serving(name, data) if rb_ok else (False, "")
-                r.status = "rolled back" if back else "rollback failed"
-                if not back:
-                    r.message += f" | rollback: {rb_why if not rb_ok else 'the host does not serve: ' + seen}"
-            if self.lb and r.status != "rollback failed":
-                self.lb.put_back(name, data)
+            self._roll(r, self.hosts[name])
         except Exception as exc:  # one host's trouble is its row, not the end of the rollout
-            r.status = "rollback failed" if r.status == "pending" else r.status
+            r.status = "rollback failed" if r.status in NOT_FAILED else r.status
             r.failed_step = r.failed_step or "rollout"
-            r.message = f"{type(exc).__name__}: {exc}"[:600]
+            r.message = _join(r.message, f"{type(exc).__name__}: {exc}")
         r.seconds = round(time.monotonic() - started, 1)
         self.out(f"{name}: {r.status}" + (f" ({r.failed_step})" if r.failed_step else "") + f" in {r.seconds}s")
         return r
 
+    def _roll(self, r: HostResult, data: dict) -> None:
+        name = r.host
+        try:  # before anything changes: what to go back to
+            r.point = rollback_point(name, data)
+        except Exception as exc:
+            r.status, r.failed_step, r.message = "not changed", "record", _one_line(exc)
+            return
+        if self.lb:
+            try:
+                self.lb.take_out(name, data)
+            except Exception as exc:
+                r.status, r.failed_step, r.message = "not changed", "take out", _one_line(exc)
+                self._put_back(r, data)  # it may have left the group: back in, nothing changed on it
+                return
+        step, ok, why = "serve", *self._step(self.opts.deploy, name)
+        if ok and data.get("qa_suites"):
+            step, ok, why = "qa", *self._step("deploys/qa.py", name)
+        if ok:
+            r.status = "updated"
+        else:
+            r.failed_step, r.message = step, why
+            self.out(f"{name}: {step} failed, rolling back: {why}")
+            rb_ok, rb_why = self._step("deploys/rollback.py", name,
+                                       {"rollback_point": json.dumps(r.point, separators=(",", ":"))})
+            back, seen = serving(name, data) if rb_ok else (False, "")
+            r.status = "rolled back" if back else "rollback failed"
+            if not back:
+                r.message += f" | rollback: {rb_why if not rb_ok else 'the host does not serve: ' + seen}"
+        if self.lb and r.status != "rollback failed":  # a host that does not serve stays out
+            self._put_back(r, data)
+
+    def _step(self, deploy: str, name: str, data: dict[str, str] | None = None) -> tuple[bool, str]:
+        """One pyinfra run; a run that cannot even start is a failed step, not the end of the host."""
+        try:
+            return self.runner.run(deploy, name, data)
+        except Exception as exc:
+            return False, _one_line(exc)
+
+    def _put_back(self, r: HostResult, data: dict) -> None:
+        """Back into the load balancer; targets that never become healthy make the host a failure of its own."""
+        try:
+            self.lb.put_back(r.host, data)
+        except Exception as exc:
+            r.status = "out of the load balancer"
+            r.failed_step = r.failed_step or "put back"
+            r.message = _join(r.message, f"put back: {_one_line(exc)}")
+            self.out(f"{r.host}: not healthy in the load balancer: {_one_line(exc)}")
+
     # -- the fleet --------------------------------------------------------------------------------------
 
     def failures(self) -> int:
-        return sum(1 for r in self.results.values() if r.status in ("rolled back", "rollback failed"))
+        return sum(1 for r in self.results.values() if r.status not in NOT_FAILED)
 
     def run(self) -> dict:
         leftovers = self.runner.wait_for_leftovers()
@@ -275,6 +361,15 @@ class Rollout:
         return {"inventory": self.opts.inventory, "deploy": self.opts.deploy,
                 "batch": self.opts.batch, "canary": self.opts.canary, "fail_percent": self.opts.fail_percent,
                 "stopped": stopped, "failures": self.failures(), "hosts": [asdict(self.results[n]) for n in self.order]}
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:600]
+
+
+def _join(first: str, second: str) -> str:
+    return (f"{first} | {second}" if first else second)[:600]
 
 
 def write_report(report: dict, reports_dir: str) -> Path:
@@ -316,17 +411,22 @@ def main(opts: Options, out=print) -> int:
         raise RolloutError(f"{opts.inventory}: no hosts")
     lb = None
     if opts.target_group:
-        from tritonfleet.fleet.lb import TargetGroup
+        from tritonfleet.fleet.lb import TargetGroup, TargetGroupError
 
-        lb = TargetGroup(opts.target_group, opts.region)
-        lb.check(hosts)
-    rollout = Rollout(opts, hosts, lb, out)
-    previous = signal.signal(signal.SIGINT, lambda *_: _interrupt(rollout, out))
-    try:
-        report = rollout.run()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    path = write_report(report, opts.reports_dir)
+        try:
+            lb = TargetGroup(opts.target_group, opts.region, delay=opts.lb_delay,
+                             attempts=max(1, round(opts.lb_timeout / opts.lb_delay)))
+            lb.check(hosts)
+        except TargetGroupError as exc:
+            raise RolloutError(str(exc)) from None
+    with ReportsLock(opts.reports_dir):
+        rollout = Rollout(opts, hosts, lb, out)
+        previous = signal.signal(signal.SIGINT, lambda *_: _interrupt(rollout, out))
+        try:
+            report = rollout.run()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        path = write_report(report, opts.reports_dir)
     print_summary(report)
     out(f"report: {path}")
     return 0 if not report["failures"] and not report["stopped"] else 1
