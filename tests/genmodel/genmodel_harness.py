@@ -8,6 +8,7 @@ first on ``PATH`` (that is how the stub finds the venv's site-packages).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -143,7 +144,8 @@ class TritonServer:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the server's own session: its stubs only
+            with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+                os.killpg(proc.pid, signal.SIGKILL)  # the server's own session: its stubs only
             proc.wait(timeout=10)
 
     def log_text(self) -> str:

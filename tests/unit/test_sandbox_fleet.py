@@ -4,6 +4,7 @@ veth and cgroup names, and services on loopback at free ports (a running sandbox
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -78,7 +79,8 @@ def _service_pids() -> list[int]:
 def _kill(pids) -> None:
     for pid in pids:
         if _pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may end between the look and the kill
+                os.kill(pid, signal.SIGKILL)
 
 
 def _port_free(port: int) -> bool:
