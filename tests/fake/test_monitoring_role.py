@@ -3,6 +3,7 @@ preflight refuses (AL2023 without a node exporter tarball)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -121,3 +122,146 @@ def test_serve_includes_monitoring_only_behind_its_switch(monkeypatch, switch):
                       "ubuntu2204", monkeypatch)
     assert (DROPIN in rec.uploads) is switch
     assert any(c.startswith("docker run") and "tritonfleet-dcgm-exporter" in c for c in rec.commands) is switch
+
+
+# -- AL2023: the node exporter from the release tarball is restarted when its binary changes, and only then --------
+
+TARBALL_PATH = "/opt/tritonfleet/node_exporter-1.8.2.linux-amd64.tar.gz"
+NODE_UNIT_FILE = "/etc/systemd/system/prometheus-node-exporter.service"
+RESTART = "systemctl restart prometheus-node-exporter.service"
+GPU_ONLY_NODE = {**DATA, **TARBALL, "instance_type": "g5.xlarge", "monitoring_dcgm_exporter": False}
+
+
+def _al2023(unit_text: str, tarballs: dict[str, str]) -> dict:
+    """fake_responses of an AL2023 host whose node exporter runs from ``unit_text``, with the release tarballs
+    ``{path: sha256}`` in /opt/tritonfleet."""
+    responses = {"-p LoadState prometheus-node-exporter.service": [
+        "Id=prometheus-node-exporter.service", "ActiveState=active", "UnitFileState=enabled", "LoadState=loaded"]}
+    responses[f"for f in {NODE_UNIT_FILE}; do"] = [f"{hashlib.sha256(unit_text.encode()).hexdigest()} 644 {NODE_UNIT_FILE}"]
+    for path, sha in tarballs.items():
+        responses[f"test -e {path} && ( sha256sum"] = [f"{sha}  {path}"]
+        responses[f"! (test -e {path} "] = [
+            f"user=root group=root mode=-rw-r--r-- atime=1764000000 mtime=1764000000 ctime=1764000000 size=9 '{path}'"]
+    return responses
+
+
+@pytest.fixture(scope="module")
+def node_unit():
+    """The unit the role writes for GPU_ONLY_NODE (from a first run on a bare host)."""
+    mp = pytest.MonkeyPatch()
+    try:
+        return _run_deploys(monitoring, GPU_ONLY_NODE, "al2023", mp).uploads[NODE_UNIT_FILE]
+    finally:
+        mp.undo()
+
+
+def test_al2023_node_exporter_with_the_same_binary_and_unit_is_not_restarted(monkeypatch, node_unit):
+    rec = _run_deploys(monitoring, GPU_ONLY_NODE, "al2023", monkeypatch,
+                       responses=_al2023(node_unit, {TARBALL_PATH: "a" * 64}))
+    assert not [c for c in rec.commands if "curl" in c and "node_exporter" in c]  # not fetched again
+    assert not [c for c in rec.commands if c.startswith("tar -xzf")] and NODE_UNIT_FILE not in rec.uploads
+    assert not [c for c in rec.commands if c.startswith(("systemctl restart", "systemctl start", "systemctl daemon"))]
+
+
+@pytest.mark.parametrize("release", ["new version", "same name, other sha256"])
+def test_al2023_node_exporter_is_restarted_when_its_binary_changes(monkeypatch, node_unit, release):
+    data = dict(GPU_ONLY_NODE)
+    if release == "new version":  # the host has the old tarball; the data names a new one
+        data.update(monitoring_node_exporter_url="https://example.com/node_exporter-1.9.0.linux-amd64.tar.gz",
+                    monitoring_node_exporter_sha256="b" * 64)
+        tarballs = {TARBALL_PATH: "a" * 64}
+    else:  # the same file name, but not the file the data names (replaced upstream, or corrupted)
+        tarballs = {TARBALL_PATH: "c" * 64}
+    rec = _run_deploys(monitoring, data, "al2023", monkeypatch, responses=_al2023(node_unit, tarballs))
+    assert NODE_UNIT_FILE not in rec.uploads  # the unit is the same: only the binary changed
+    tarball = TARBALL_PATH.replace("1.8.2", "1.9.0") if release == "new version" else TARBALL_PATH
+    extract = f"tar -xzf {tarball} -C /usr/local/bin --strip-components=1 --wildcards '*/node_exporter'"
+    assert extract in rec.commands
+    assert rec.commands.count(RESTART) == 1 and rec.commands.index(RESTART) > rec.commands.index(extract)
+
+
+def test_al2023_node_exporter_is_restarted_when_its_unit_changes(monkeypatch, node_unit):
+    rec = _run_deploys(monitoring, {**GPU_ONLY_NODE, "monitoring_node_exporter_port": 9101}, "al2023", monkeypatch,
+                       responses=_al2023(node_unit, {TARBALL_PATH: "a" * 64}))
+    assert "--web.listen-address=0.0.0.0:9101" in rec.uploads[NODE_UNIT_FILE]
+    assert not [c for c in rec.commands if c.startswith("tar -xzf")]
+    assert rec.commands.count(RESTART) == 1
+    assert rec.commands.index("systemctl daemon-reload") < rec.commands.index(RESTART)
+
+
+# -- the DCGM exporter container: its spec label covers the image and every `docker run` argument ------------------
+
+DCGM_RUN = "docker run -d --name tritonfleet-dcgm-exporter"
+
+
+def _dcgm(monkeypatch, data: dict | None = None, run_args: list[str] | None = None) -> dict:
+    """What the role asks of exporter_container for the DCGM exporter on a g5.xlarge with ``data``
+    (``run_args``: what dcgm_run_args returns instead of the role's own)."""
+    from roles import all_roles
+    from roles import monitoring as role
+    from tritonfleet.config import load_host_config
+
+    cfg = load_host_config("h1", {**DATA, "instance_type": "g5.xlarge", **(data or {})}, all_roles())
+    asked: dict = {}
+    monkeypatch.setattr(role, "docker_image", lambda **kwargs: None)
+    monkeypatch.setattr(role, "exporter_container", lambda **kwargs: asked.update(kwargs))
+    if run_args is not None:
+        monkeypatch.setattr(role, "dcgm_run_args", lambda cfg: list(run_args))
+    role._dcgm_exporter(cfg)
+    return asked
+
+
+@pytest.mark.parametrize("data", [
+    {"monitoring_dcgm_image": "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.8-3.6.0-ubuntu22.04"},
+    {"monitoring_dcgm_port": 9401},
+    {"monitoring_bind_address": "10.0.0.5"},
+    {"monitoring_bind_address": "::"},
+    {"instance_type": "g5.12xlarge"},  # four GPUs
+    {"monitoring_dcgm_profiling": True},
+], ids=["image", "port", "bind address", "ipv6 wildcard", "gpus", "profiling"])
+def test_every_dcgm_setting_changes_the_spec(monkeypatch, data):
+    base, again, changed = _dcgm(monkeypatch), _dcgm(monkeypatch), _dcgm(monkeypatch, data)
+    assert base["spec_hash"] == again["spec_hash"] and len(base["spec_hash"]) == 16  # the same data: the same spec
+    assert (changed["image"], changed["run_args"]) != (base["image"], base["run_args"])
+    assert changed["spec_hash"] != base["spec_hash"]
+
+
+def _changed_args(base: list[str]) -> list[tuple[str, list[str]]]:
+    out = [(f"{i}:{arg}", [*base[:i], arg + "x", *base[i + 1:]]) for i, arg in enumerate(base)]
+    out += [("one more", [*base, "--env", "DCGM_EXPORTER_INTERVAL=5000"]), ("one less", base[:-1]),
+            ("reordered", [*base[2:], *base[:2]])]
+    return out
+
+
+def test_any_changed_run_argument_changes_the_spec(monkeypatch):
+    base = _dcgm(monkeypatch)
+    assert {"--restart", "unless-stopped", "--gpus", "-p", "--label"} <= set(base["run_args"])
+    seen = {base["spec_hash"]: "as the role has them"}
+    for what, args in _changed_args(base["run_args"]):
+        asked = _dcgm(monkeypatch, run_args=args)
+        assert asked["run_args"] == args
+        assert asked["spec_hash"] not in seen, f"{what}: the same spec as {seen.get(asked['spec_hash'])}"
+        seen[asked["spec_hash"]] = what
+
+
+def _dcgm_container(spec: str) -> dict:
+    """fake_responses of a GPU host running the DCGM exporter container labelled with ``spec``."""
+    labels = json.dumps({"com.tritonfleet.spec": spec, "com.tritonfleet.role": "dcgm-exporter"})
+    return {"for n in tritonfleet-dcgm-exporter; do docker inspect": [
+        f'tritonfleet-dcgm-exporter true {labels} "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"']}
+
+
+@pytest.mark.parametrize("data", [{}, {"monitoring_dcgm_port": 9401}, {"monitoring_dcgm_profiling": True}],
+                         ids=["unchanged", "port", "profiling"])
+def test_the_dcgm_container_is_recreated_only_when_its_spec_changes(monkeypatch, data):
+    spec = _dcgm(monkeypatch)["spec_hash"]  # what the running container was started with
+    wanted = _dcgm(monkeypatch, data)["spec_hash"]
+    monkeypatch.undo()
+    rec = _run_deploys(monitoring, {**DATA, "instance_type": "g5.xlarge", **data}, "debian12", monkeypatch,
+                       responses=_dcgm_container(spec))
+    runs = [c for c in rec.commands if c.startswith(DCGM_RUN)]
+    if not data:
+        assert runs == [] and "docker rm -f tritonfleet-dcgm-exporter >/dev/null" not in rec.commands
+        return
+    assert len(runs) == 1 and f"--label com.tritonfleet.spec={wanted} " in runs[0] and wanted != spec
+    assert rec.commands.index("docker rm -f tritonfleet-dcgm-exporter >/dev/null") < rec.commands.index(runs[0])

@@ -9,6 +9,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -103,6 +104,106 @@ def test_user_data_needs_an_s3_url_and_a_sha256():
         asg.render_user_data("https://example.com/b.tgz", SHA, REGION)
     with pytest.raises(FleetError, match="expected an s3:// URL"):
         asg.render_user_data("s3://b/k", "abc", REGION)
+
+
+# -- the user data run (bash), with the AWS CLI and Python stand-ins on PATH: the download is a local copy ----------
+
+FAKE_AWS = '''#!{python}
+"""aws as the user data uses it: `s3 cp URL DEST` copies $FAKE_BUNDLE, `ssm get-parameter` prints a value."""
+import os, shutil, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write("aws " + " ".join(args) + "\\n")
+if args[:2] == ["s3", "cp"]:
+    url, dest = args[-2:]
+    if url != os.environ["FAKE_URL"]:
+        sys.exit(f"fatal error: An error occurred (404) when calling the HeadObject operation: {{url}}")
+    shutil.copyfile(os.environ["FAKE_BUNDLE"], dest)
+elif args[:2] == ["ssm", "get-parameter"]:
+    print("s3cret-from-ssm")
+else:
+    sys.exit("aws: unexpected " + " ".join(args))
+'''
+
+FAKE_PYTHON = '''#!/bin/sh
+# a Python >= 3.10 whose venvs have a pip and a pyinfra that only say how they were run
+echo "python $*" >>"$FAKE_LOG"
+case "$1" in
+  -c) exit 0 ;;
+  -m) mkdir -p "$3/bin"
+      for tool in pip pyinfra; do
+        printf '#!/bin/sh\\necho "%s $* (in $(pwd), secret $TRITONFLEET_SECRET_TRITON_REPOSITORY_SECRET)" >>"$FAKE_LOG"\\n' \\
+          "$tool" >"$3/bin/$tool"
+        chmod +x "$3/bin/$tool"
+      done ;;
+esac
+'''
+
+
+def _bootstrap(tmp_path: Path, built, bundle_file: Path) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """Run the rendered user data with / moved to ``tmp_path/root``; ``(process, root, its work dir)``."""
+    url = "s3://fleet-bundles/prod/" + built.key_name
+    text = asg.render_user_data(url, built.sha256, REGION, secret_env=built.secret_env, secret_parameters=SECRETS)
+    root = tmp_path / "root"
+    script = text.replace("/var/log/", f"{root}/var/log/").replace("/opt/tritonfleet/", f"{root}/opt/tritonfleet/")
+    assert f"{root}/var/log/" in script and f"{root}/opt/tritonfleet/" in script
+    for line in script.splitlines():  # nothing the run writes stays outside tmp_path
+        for path in ("/var/log/", "/opt/tritonfleet/"):
+            assert line.count(path) == line.count(f"{root}{path}"), line
+    (root / "var" / "log").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("aws", FAKE_AWS.format(python=sys.executable)), ("python3.12", FAKE_PYTHON)):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.touch()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "FAKE_LOG": str(log), "FAKE_URL": url,
+           "FAKE_BUNDLE": str(bundle_file)}
+    (tmp_path / "user-data.sh").write_text(script)
+    proc = subprocess.run(["bash", str(tmp_path / "user-data.sh")], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    proc.stdout = (root / "var/log/tritonfleet-bootstrap.log").read_text() + log.read_text()
+    return proc, root, root / "opt/tritonfleet/bundle" / built.sha256[:16]
+
+
+needs_tools = pytest.mark.skipif(not all(shutil.which(t) for t in ("bash", "sha256sum", "tar", "gzip")),
+                                 reason="the user data runs with bash, sha256sum, tar")
+
+
+@needs_tools
+def test_user_data_installs_and_deploys_the_bundle_it_was_given(built, tmp_path):
+    proc, root, work = _bootstrap(tmp_path, built, built.path)
+    assert proc.returncode == 0, proc.stdout
+    assert (work / "pyproject.toml").is_file() and (work / "inventories/fleet_local.py").is_file()
+    assert f"pip install --quiet --disable-pip-version-check {work} " in proc.stdout
+    assert (f"pyinfra -y inventories/fleet_local.py deploys/serve.py (in {work}, secret s3cret-from-ssm)"
+            in proc.stdout)
+    assert "s3cret" not in (root / "var/log/tritonfleet-bootstrap.log").read_text()
+
+
+def _tampered(path: Path, out: Path) -> Path:
+    body = bytearray(path.read_bytes())
+    body[len(body) // 2] ^= 0x01
+    out.write_bytes(bytes(body))
+    return out
+
+
+@needs_tools
+@pytest.mark.parametrize("wrong", ["another bundle", "one byte changed", "empty download"])
+def test_user_data_refuses_a_bundle_whose_sha256_differs(built, tmp_path, wrong):
+    if wrong == "another bundle":  # a good tarball of the project, only not the one the template names
+        bad = bundle.build_bundle(ROOT, {**DATA, "triton_models": ["other"]}, tmp_path / "other", SECRETS).path
+    elif wrong == "one byte changed":
+        bad = _tampered(built.path, tmp_path / "tampered.tar.gz")
+    else:
+        bad = tmp_path / "empty.tar.gz"
+        bad.write_bytes(b"")
+    proc, _, work = _bootstrap(tmp_path, built, bad)
+    assert proc.returncode != 0
+    assert "tritonfleet bootstrap: bundle sha256 mismatch, not running it" in proc.stdout
+    assert list(work.iterdir()) == []  # not extracted
+    assert "python " not in proc.stdout and "pip " not in proc.stdout and "pyinfra " not in proc.stdout
 
 
 def test_up_asg_publishes_the_bundle_and_creates_template_and_group(aws, tmp_path):  # noqa: F811

@@ -115,6 +115,38 @@ def test_policy_grants_model_prefix_read_and_qa_write_only():
     assert "s3:*" not in json.dumps(doc) and "s3:DeleteObject" not in json.dumps(doc)
 
 
+@pytest.mark.parametrize("region, partition", [(REGION, "aws"), ("cn-north-1", "aws-cn"), ("us-gov-west-1", "aws-us-gov")])
+def test_ecr_pulls_are_scoped_to_the_accounts_repositories_only_the_token_is_global(region, partition):
+    doc = iam.policy_document(iam.Access(ecr_pull=True), region, "123456789012")
+    by_sid = {s["Sid"]: s for s in doc["Statement"]}
+    assert set(by_sid) == {"EcrToken", "EcrPull"}
+    # GetAuthorizationToken has no resource-level permissions: "*" is the only resource it takes
+    assert by_sid["EcrToken"] == {"Sid": "EcrToken", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken",
+                                  "Resource": "*"}
+    pull = by_sid["EcrPull"]
+    assert pull["Effect"] == "Allow"
+    assert sorted(pull["Action"]) == ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage",
+                                      "ecr:GetDownloadUrlForLayer"]
+    # the pull actions on repository ARNs of this account and region, never on "*" (any account's images)
+    assert pull["Resource"] == f"arn:{partition}:ecr:{region}:123456789012:repository/*"
+    # nothing but the token is granted on every resource, and nothing beyond pulling
+    assert [s["Sid"] for s in doc["Statement"] if s["Resource"] == "*"] == ["EcrToken"]
+    actions = [a for s in doc["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+    assert "ecr:*" not in actions and not [a for a in actions if a.startswith("ecr:Put") or "Upload" in a]
+    assert iam.policy_document(iam.Access(), region, "123456789012") is None  # no pulls asked: no ECR grant
+
+
+def test_bundle_and_secret_reads_are_scoped_to_the_object_and_the_parameters():
+    access = iam.Access(bundle_s3_url="s3://fleet-bundles/prod/tritonfleet-bundle-0123.tar.gz",
+                        secret_parameters=("/tritonfleet/prod/repository-secret", "tritonfleet/prod/other"))
+    by_sid = {s["Sid"]: s for s in iam.policy_document(access, REGION, "123456789012")["Statement"]}
+    assert by_sid["BundleRead"]["Resource"] == "arn:aws:s3:::fleet-bundles/prod/tritonfleet-bundle-0123.tar.gz"
+    assert by_sid["SecretsRead"]["Action"] == "ssm:GetParameter"
+    assert by_sid["SecretsRead"]["Resource"] == [
+        f"arn:aws:ssm:{REGION}:123456789012:parameter/tritonfleet/prod/repository-secret",
+        f"arn:aws:ssm:{REGION}:123456789012:parameter/tritonfleet/prod/other"]
+
+
 def test_policy_for_nothing_is_none_and_bad_uri_is_one_line():
     assert iam.policy_document(iam.Access(), REGION, "1") is None
     with pytest.raises(FleetError, match="expected s3://bucket/prefix"):

@@ -57,6 +57,27 @@ def test_targets_per_exporter_kind_with_labels_and_addresses(tmp_path):
     assert not (out / "prometheus.yml").exists()
 
 
+@pytest.mark.parametrize("triton, expected", [
+    ({"triton_servers": [{"name": "left", "devices": [0, 1, 2], "bind_address": "10.0.0.7"},
+                         {"name": "right", "devices": [3, 4, 5]}]},
+     {"left": "10.0.0.7:8002", "right": "172.31.0.9:8012"}),
+    ({"triton_bind_address": "10.0.0.8", "triton_servers": [
+        {"name": "left", "devices": [0, 1, 2]}, {"name": "right", "devices": [3, 4, 5], "bind_address": "0.0.0.0"}]},
+     {"left": "10.0.0.8:8002", "right": "172.31.0.9:8012"}),
+    ({"triton_servers": [{"name": "left", "devices": [0, 1, 2], "bind_address": "fd00::7"},
+                         {"name": "right", "devices": [3, 4, 5], "bind_address": "::"}]},
+     {"left": "[fd00::7]:8002", "right": "172.31.0.9:8012"}),
+], ids=["one server bound", "host-wide bind address", "ipv6"])
+def test_a_triton_server_bound_to_an_address_is_scraped_there(triton, expected):
+    data = {**COMMON, "instance_type": "inf2.24xlarge", "ssh_hostname": "10.0.0.1", "ec2_private_ip": "172.31.0.9",
+            **triton}
+    targets = monitoring.host_targets("inf2-a", data, default_fleet="prod")
+    assert {t.labels["server"]: t.address for t in targets if t.job == "triton"} == expected
+    # the exporters are not Triton's: they stay at the host's address
+    assert {t.job: t.address for t in targets if t.job != "triton"} == {"node": "172.31.0.9:9100",
+                                                                       "neuron": "172.31.0.9:9010"}
+
+
 def test_a_rerun_after_an_inventory_change_drops_the_gone_host(tmp_path):
     out = tmp_path / "sd"
     monitoring.write_targets(_inventory(tmp_path, HOSTS), out)

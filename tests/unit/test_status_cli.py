@@ -1,8 +1,18 @@
 """`tritonfleet status` from the outside: it needs an inventory, and a host out of reach is a row and a
-non-zero exit (loopback only: a port nothing listens on)."""
+non-zero exit (loopback only: a port nothing listens on). Then ``host_status`` itself, on a fake SSH session: the
+container state Docker gives, Triton's readiness and READY models, and what "serving" means."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 from click.testing import CliRunner
 
 from tritonfleet.face.cli import main
@@ -51,3 +61,233 @@ def test_a_crash_looping_server_shows_restarting_and_does_not_serve():
     row = server_row("h1", data, "triton", None, "Cannot connect to the Docker daemon", "8000", serving=True,
                      ready=["add_sub"])
     assert row["state"].startswith("docker not answering") and row["serving"] is True
+
+
+# -- host_status itself: a fake SSH session whose commands really run (bash), with a fake `curl` on PATH that
+# answers like Triton at the addresses it is given, and a Docker engine that answers container lists with the
+# attrs `docker inspect` gives.
+
+FAKE_CURL = '''#!{python}
+"""curl as status's command line uses it, answering like Triton servers (config: $FAKE_TRITON)."""
+import json, os, sys, urllib.parse
+args = sys.argv[1:]
+url = next(a for a in args if a.startswith("http://"))
+parts = urllib.parse.urlsplit(url)
+where = f"{{parts.hostname}}:{{parts.port}}"
+servers = json.load(open(os.environ["FAKE_TRITON"]))
+with open(os.environ["FAKE_TRITON"] + ".log", "a") as log:
+    log.write(json.dumps({{"url": url, "args": args}}) + "\\n")
+server = servers.get(where)
+if server is None:
+    sys.exit("curl: (7) Failed to connect to " + where)
+if parts.path == "/v2/health/ready":
+    sys.exit(0 if server["ready"] else "curl: (22) The requested URL returned error: 400")
+if parts.path == "/v2/repository/index":
+    header = sys.stdin.read() if "@-" in args else ""
+    if "POST" not in args or header != server["header"]:
+        sys.exit("curl: (22) The requested URL returned error: 403")
+    print(json.dumps(server["index"]), end="")
+    sys.exit(0)
+sys.exit("curl: (22) The requested URL returned error: 404")
+'''
+
+
+class _Container:
+    def __init__(self, attrs: dict) -> None:
+        self.attrs, self.name = attrs, attrs["Name"].lstrip("/")
+
+
+class _Docker:
+    """The engine's container list, with the filters the Docker API applies (label, all)."""
+
+    def __init__(self, containers: list[dict]) -> None:
+        self.containers, self._all, self.asked = self, containers, []
+
+    def list(self, all=False, filters=None):  # noqa: A002 - docker SDK's name
+        self.asked.append({"all": all, "filters": filters})
+        label = (filters or {}).get("label")
+        return [_Container(c) for c in self._all if (all or c["State"]["Running"])
+                and (label is None or label in [f"{k}={v}" for k, v in c["Config"]["Labels"].items()])]
+
+
+class _Session:
+    """What host_status uses of tritonfleet.access.ssh.Session: run() (here: bash on this machine) and docker()."""
+
+    def __init__(self, tmp_path, servers: dict, containers: list[dict] | None, docker_error: str = "") -> None:
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir(exist_ok=True)
+        curl = self.bin / "curl"
+        curl.write_text(FAKE_CURL.format(python=sys.executable))
+        curl.chmod(0o755)
+        self.config = tmp_path / "triton.json"
+        self.config.write_text(json.dumps(servers))
+        self.engine = _Docker(containers or [])
+        self.docker_error, self.closed, self.commands = docker_error, False, []
+
+    def run(self, command, *, stdin=None, timeout=30, root=False):
+        self.commands.append(command)
+        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "FAKE_TRITON": str(self.config)}
+        proc = subprocess.run(["bash", "-c", command], input=stdin or "", capture_output=True, text=True, env=env,
+                              timeout=20)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def docker(self, timeout=30):
+        if self.docker_error:
+            raise RuntimeError(self.docker_error)
+        return self.engine
+
+    def close(self):
+        self.closed = True
+
+    def curl_calls(self) -> list[str]:
+        log = Path(str(self.config) + ".log")
+        return [json.loads(line)["url"] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+SECRET = "s" * 24
+HEADER = f"x-tritonfleet-repository-key: {SECRET}"
+STARTED = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2, minutes=5, seconds=20)).strftime(
+    "%Y-%m-%dT%H:%M:%S.%f000Z")
+
+
+def _container(server: str, status: str, endpoint: str = "0.0.0.0:8000", *, restarts: int = 0,
+               role: str = "triton") -> dict:
+    """`docker inspect` of a container in state ``status`` (running, exited, restarting, created)."""
+    running = status in ("running", "restarting")
+    return {
+        "Id": f"id-{server}", "Name": f"/{server}", "Image": "sha256:" + "1" * 64, "RestartCount": restarts,
+        "Config": {"Image": "tritonserver:24.09", "Env": ["PATH=/usr/bin"], "Labels": {
+            "com.tritonfleet.role": role, "com.tritonfleet.server": server, "com.tritonfleet.cores": "0-1",
+            "com.tritonfleet.devices": "0", "com.tritonfleet.endpoint": endpoint, "com.tritonfleet.spec": "abc"}},
+        "State": {"Status": status, "Running": running, "Paused": False, "Restarting": status == "restarting",
+                  "OOMKilled": False, "Dead": False, "Pid": 4242 if running else 0, "ExitCode": 0 if running else 1,
+                  "StartedAt": STARTED if status != "created" else "0001-01-01T00:00:00Z",
+                  "FinishedAt": "0001-01-01T00:00:00Z" if running else STARTED},
+        "HostConfig": {"Devices": [{"PathOnHost": "/dev/neuron0", "PathInContainer": "/dev/neuron0",
+                                    "CgroupPermissions": "rwm"}]},
+    }
+
+
+def _triton(ready: bool, models: dict[str, str]) -> dict:
+    """A Triton server as the fake curl answers for it: health, and the repository index (name -> state)."""
+    index = [{"name": n, "version": "1", "state": s} | ({"reason": "load failed"} if s == "UNAVAILABLE" else {})
+             for n, s in models.items()]
+    return {"ready": ready, "header": HEADER, "index": index}
+
+
+def _host_status(monkeypatch, session: _Session, data: dict | None = None, **kwargs) -> dict[str, dict]:
+    from tritonfleet.face import status
+
+    monkeypatch.setattr(status, "connect", lambda name, data: session)
+    data = {"ssh_hostname": "10.0.0.5", "triton_repository_secret": SECRET, **(data or {})}
+    rows = status.host_status("h1", data, **kwargs)
+    assert session.closed
+    return {r.get("server", "<error>"): r for r in rows}
+
+
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="bash runs the status command line")
+
+
+@needs_bash
+def test_host_status_reads_container_state_readiness_and_only_ready_models(monkeypatch, tmp_path):
+    session = _Session(tmp_path, {"10.0.0.5:8000": _triton(True, {"resnet": "READY", "bert": "UNAVAILABLE",
+                                                                  "add_sub": "READY", "old": "UNLOADING"})},
+                       [_container("triton", "running")])
+    rows = _host_status(monkeypatch, session)
+    assert set(rows) == {"triton"}
+    row = rows["triton"]
+    assert row["state"] == "running" and row["serving"] is True
+    assert row["ready_models"] == "add_sub, resnet"  # READY only, sorted: not the UNAVAILABLE or unloading ones
+    assert row["uptime"] == "2h05m" and row["image"] == "tritonserver:24.09" and row["devices"] == "neuron0"
+    assert row["cores"] == "0-1" and row["endpoint"] == "http://10.0.0.5:8000"
+    # Triton asked at the address clients use, with the repository header on stdin (never on the command line)
+    assert session.curl_calls() == ["http://10.0.0.5:8000/v2/health/ready", "http://10.0.0.5:8000/v2/repository/index"]
+    assert SECRET not in "".join(session.commands)
+    # the Triton containers only, stopped ones included
+    assert session.engine.asked == [{"all": True, "filters": {"label": "com.tritonfleet.role=triton"}}]
+
+
+@needs_bash
+@pytest.mark.parametrize("state", ["exited", "dead", "created"])
+def test_a_stopped_container_that_does_not_answer_is_not_serving(monkeypatch, tmp_path, state):
+    session = _Session(tmp_path, {}, [_container("triton", state)])
+    row = _host_status(monkeypatch, session)["triton"]
+    assert row["state"] == state and row["serving"] is False
+    assert row["uptime"] == "-" and row["ready_models"] == "not answering"
+
+
+@needs_bash
+def test_a_server_that_is_not_ready_is_not_serving_even_when_its_container_runs(monkeypatch, tmp_path):
+    session = _Session(tmp_path, {"10.0.0.5:8000": _triton(False, {"resnet": "READY"})},
+                       [_container("triton", "running")])
+    row = _host_status(monkeypatch, session)["triton"]
+    assert row["state"] == "running" and row["serving"] is False and row["ready_models"] == "not answering"
+    assert session.curl_calls()[-1].endswith("/v2/health/ready")  # not ready: its index is not asked
+
+
+@needs_bash
+@pytest.mark.parametrize("models", [{}, {"resnet": "UNAVAILABLE", "bert": "LOADING"}])
+def test_a_ready_server_with_no_ready_model_serves_and_lists_none(monkeypatch, tmp_path, models):
+    session = _Session(tmp_path, {"10.0.0.5:8000": _triton(True, models)}, [_container("triton", "running")])
+    row = _host_status(monkeypatch, session)["triton"]
+    assert row["serving"] is True and row["ready_models"] == "-"
+
+
+@needs_bash
+def test_a_restarting_container_does_not_serve_even_if_triton_answers(monkeypatch, tmp_path):
+    session = _Session(tmp_path, {"10.0.0.5:8000": _triton(True, {"resnet": "READY"})},
+                       [_container("triton", "restarting", restarts=4)])
+    row = _host_status(monkeypatch, session)["triton"]
+    assert row["state"] == "restarting (4 restarts)" and row["serving"] is False
+
+
+@needs_bash
+def test_a_server_bound_to_one_address_is_asked_there_and_loopback_is_the_fallback(monkeypatch, tmp_path):
+    servers = {"10.0.0.7:8000": _triton(True, {"a": "READY"}), "127.0.0.1:8010": _triton(True, {"b": "READY"})}
+    session = _Session(tmp_path, servers, [_container("left", "running", "10.0.0.7:8000"),
+                                           _container("right", "running", "0.0.0.0:8010")])
+    rows = _host_status(monkeypatch, session)
+    assert rows["left"]["ready_models"] == "a" and rows["left"]["endpoint"] == "http://10.0.0.7:8000"
+    assert rows["right"]["ready_models"] == "b" and rows["right"]["endpoint"] == "http://10.0.0.5:8010"
+    assert rows["left"]["serving"] and rows["right"]["serving"]
+    calls = session.curl_calls()
+    assert "http://10.0.0.5:8000/v2/health/ready" not in calls  # left is not asked at the host's address
+    assert calls.index("http://10.0.0.5:8010/v2/health/ready") < calls.index("http://127.0.0.1:8010/v2/health/ready")
+
+
+@needs_bash
+def test_servers_the_inventory_places_are_rows_whatever_docker_says(monkeypatch, tmp_path):
+    data = {"instance_type": "inf2.24xlarge", "neuron_key_fingerprint": "A" * 40,
+            "triton_servers": [{"name": "left", "devices": [0, 1, 2]}, {"name": "right", "devices": [3, 4, 5]}]}
+    # the Docker daemon is down (live-restore): left still serves, right does not answer
+    session = _Session(tmp_path, {"10.0.0.5:8000": _triton(True, {"resnet": "READY"})}, None,
+                       docker_error="Cannot connect to the Docker daemon at unix:///var/run/docker.sock\nmore")
+    rows = _host_status(monkeypatch, session, data)
+    assert list(rows) == ["left", "right"]
+    assert rows["left"]["state"].startswith("docker not answering (Cannot connect") and rows["left"]["serving"]
+    assert rows["left"]["ready_models"] == "resnet"
+    assert rows["right"]["serving"] is False and rows["right"]["endpoint"] == "http://10.0.0.5:8010"
+    # Docker answers, right's container is gone: a missing row, not serving
+    session = _Session(tmp_path, {"10.0.0.5:8000": _triton(True, {"resnet": "READY"})},
+                       [_container("left", "running", "0.0.0.0:8000"),
+                        _container("dcgm", "running", "0.0.0.0:9400", role="dcgm-exporter")])
+    rows = _host_status(monkeypatch, session, data)
+    assert list(rows) == ["left", "right"]  # not the DCGM exporter's container
+    assert rows["right"]["state"] == "missing (expected right)" and rows["right"]["serving"] is False
+
+
+@needs_bash
+def test_a_host_with_no_triton_server_or_out_of_reach_is_one_error_row(monkeypatch, tmp_path):
+    from tritonfleet.access.ssh import HostUnreachable
+    from tritonfleet.face import status
+
+    rows = _host_status(monkeypatch, _Session(tmp_path, {}, [_container("dcgm", "running", role="dcgm-exporter")]))
+    assert rows["<error>"] == {"host": "h1", "error": "no Triton servers", "serving": False}
+    rows = _host_status(monkeypatch, _Session(tmp_path, {}, None, docker_error="permission denied"))
+    assert rows["<error>"]["error"] == "no Triton servers (docker: permission denied)"
+
+    def unreachable(name, data):
+        raise HostUnreachable("ssh: timed out")
+
+    monkeypatch.setattr(status, "connect", unreachable)
+    assert status.host_status("h1", {}) == [{"host": "h1", "error": "ssh: timed out", "serving": False}]
