@@ -93,3 +93,61 @@ def test_leftovers_of_a_dead_run(tmp_path):
         assert sorted(os.listdir(tmp_path / "versions")) == [os.path.basename(staging.root)]
         assert not (tmp_path / ".current.tmp-123").is_symlink()
         assert repo.new_staging().id.startswith("000002-")  # after the stale one
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_switch_renames_a_new_link_over_current_which_never_disappears(tmp_path, monkeypatch, durable):
+    """Every file-system call of a switch is watched: none removes or recreates ``current``, and after each one
+    ``current`` still points at a complete version; the new link is made under another name and renamed over
+    ``current`` in one call (os.replace), so Triton never finds the repository missing."""
+    repo = Repo(str(tmp_path))
+    current = str(tmp_path / "current")
+    seen: list[tuple[str, tuple]] = []
+    real = {name: getattr(os, name) for name in ("unlink", "remove", "rmdir", "symlink", "rename", "replace")}
+
+    def watch(name):
+        def call(*args, **kwargs):
+            paths = tuple(os.fspath(a) for a in args[:2])
+            if name == "replace" and os.path.islink(paths[0]):  # what the link points at, before it moves
+                paths += (os.readlink(paths[0]),)
+            seen.append((name, paths))
+            existed = os.path.lexists(current)
+            result = real[name](*args, **kwargs)
+            assert not existed or repo.current() is not None, f"current is gone after os.{name}{paths}"
+            return result
+        return call
+
+    with repo.locked():
+        made = [build(repo, {"m/1/x": str(i).encode()}) for i in range(3)]
+        repo.switch(made[0], durable=True)
+        for name in real:
+            monkeypatch.setattr(os, name, watch(name))
+        for version in (made[1], made[2], made[0]):
+            seen.clear()
+            repo.switch(version, durable=durable)
+            assert repo.current() == version and os.readlink(current) == f"versions/{version}"
+            assert not [c for c in seen if c[0] in ("unlink", "remove", "rmdir", "symlink") and current in c[1]]
+            (tmp_link,) = [p[1] for n, p in seen if n == "symlink"]
+            assert tmp_link != current and not os.path.lexists(tmp_link)  # moved away under its temporary name
+            assert [c for c in seen if current in c[1]] == [("replace", (tmp_link, current, f"versions/{version}"))]
+
+
+def test_switch_does_not_unlink_current_even_when_unlink_would_fail(tmp_path, monkeypatch):
+    """A switch that needed to delete ``current`` first would fail here (and leave it missing on a crash)."""
+    repo = Repo(str(tmp_path))
+    with repo.locked():
+        made = [build(repo, {"m/1/x": str(i).encode()}) for i in range(2)]
+        repo.switch(made[0], durable=False)
+        unlink, remove = os.unlink, os.remove
+
+        def refuse(real):
+            def call(path, *args, **kwargs):
+                if os.path.abspath(os.fspath(path)) == str(tmp_path / "current"):
+                    raise PermissionError(f"test: {path} must not be deleted")
+                return real(path, *args, **kwargs)
+            return call
+
+        monkeypatch.setattr(os, "unlink", refuse(unlink))
+        monkeypatch.setattr(os, "remove", refuse(remove))
+        repo.switch(made[1], durable=False)
+        assert repo.current() == made[1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -210,3 +211,119 @@ def test_switch_command_line_goes_back_and_names_a_missing_version(setup, capsys
     assert triton.loaded["changing"] == b"v1"
     code, text, err = agent(capsys, "switch", "--dest", str(dest), "--to", "000042-20260101T000000Z")
     assert code == 1 and "no complete version 000042-20260101T000000Z" in err and "\n" not in err.strip()
+
+
+# --- what the real Triton needs of a switch back (tests/genmodel/test_live_reload_triton.py shows why) ---------
+
+OLD = 1_000_000_000  # 2001: older than anything a sync writes
+
+
+def calls(triton: FakeTriton) -> list[str]:
+    """The repository calls in the order the server got them, as "model:action"."""
+    return [p.split("/")[4] + ":" + p.split("/")[5] for p, _ in triton.calls]
+
+
+def age(version_dir: Path, *models: str) -> None:
+    for m in models:
+        os.utime(version_dir / m, (OLD, OLD))
+
+
+def mtime(version_dir: Path, model: str) -> float:
+    return (version_dir / model).stat().st_mtime
+
+
+def test_switching_back_unloads_each_changed_model_right_before_loading_it(setup):
+    """A plain load could leave the newer files serving: a changed model is unloaded, then loaded; an added
+    one is only loaded, a removed one only unloaded; the directories switched to are touched."""
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", V2)
+    code, out, err = run()
+    assert code == 0, err
+    age(dest / "versions" / v1, "steady", "changing", "leaving")
+    triton.calls.clear()
+    server = live.Server("triton", triton.url)
+    live.switch_to(str(dest), v1, live.Live([server], live.read_header(str(dest.parent / "header")), 5))
+    assert calls(triton) == ["leaving:load", "changing:unload", "changing:load", "arriving:unload"]
+    assert triton.loaded == {"steady": b"one", "changing": b"v1", "leaving": b"bye"}
+    back = dest / "versions" / v1
+    assert mtime(back, "changing") > OLD and mtime(back, "leaving") > OLD  # what is loaded is newer than Triton's
+    assert mtime(back, "steady") == OLD  # unchanged: not touched
+
+
+def test_a_sync_back_to_a_kept_version_touches_the_changed_models_directories_there(setup):
+    """The bucket goes back to v1's content: ``current`` is switched back to v1 on disk, whose files are
+    older than what the server loaded; the directories of the models to load are touched first."""
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", V2)
+    code, out, err = run()
+    assert code == 0, err
+    v2 = out["version"]
+    age(dest / "versions" / v1, "steady", "changing", "leaving")
+    age(dest / "versions" / v2, "steady", "changing", "arriving")
+    set_remote(client, name, "repo", V1)
+    before = time.time() - 1
+    code, out, err = run()
+    assert (code, out["status"], out["version"]) == (0, "switched", v1), err
+    assert out["reload"]["loaded"] == ["changing", "leaving"] and out["reload"]["unloaded"] == ["arriving"]
+    back = dest / "versions" / v1
+    assert mtime(back, "changing") >= before and mtime(back, "leaving") >= before
+    assert mtime(back, "steady") == OLD
+    assert all(mtime(dest / "versions" / v2, m) == OLD for m in ("steady", "changing", "arriving"))  # not v2's
+
+
+def test_a_failed_load_unloads_the_models_that_had_loaded_then_loads_them_from_the_served_version(setup):
+    """``changing`` loads v3, ``steady`` does not: back on v1, the added model is unloaded, the one that had
+    loaded is unloaded and loaded again, the failed one loaded; v1's directories of those are touched."""
+    dest, triton, run, (client, name), v1 = setup
+    age(dest / "versions" / v1, "steady", "changing", "leaving")
+    set_remote(client, name, "repo", {**V2, "steady/1/model.py": b"broken"})
+    code, out, err = run()
+    assert code == 1 and "model steady did not load" in err and out["reload"]["rolled_back"]
+    assert calls(triton) == ["arriving:load", "changing:load", "steady:load",  # forward: steady fails
+                             "arriving:unload", "changing:unload", "changing:load", "steady:load"]
+    assert triton.loaded == {"steady": b"one", "changing": b"v1", "leaving": b"bye"}
+    back = dest / "versions" / v1
+    assert os.readlink(dest / "current") == f"versions/{v1}"
+    assert mtime(back, "changing") > OLD and mtime(back, "steady") > OLD
+    assert mtime(back, "leaving") == OLD  # removed by v3, so never unloaded: nothing to reload
+
+
+# --- the header file -------------------------------------------------------------------------------------------
+
+LOOSE = [0o664, 0o646, 0o666, 0o777, 0o644, 0o640, 0o604, 0o660, 0o606, 0o620, 0o602, 0o610, 0o601, 0o700 | 0o044]
+
+
+@pytest.mark.parametrize("mode", LOOSE, ids=oct)
+def test_a_header_file_with_any_group_or_other_permission_is_refused(tmp_path, mode):
+    f = tmp_path / "h"
+    f.write_text(f"x-key: {SECRET}\n")
+    f.chmod(mode)
+    with pytest.raises(live.SyncError, match=f"readable by others \\(mode {mode:o}\\); chmod 600") as exc:
+        live.read_header(str(f))
+    assert SECRET not in str(exc.value)
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400], ids=oct)
+def test_a_header_file_only_its_owner_can_read_is_accepted(tmp_path, mode):
+    f = tmp_path / "h"
+    f.write_text(f"x-key: {SECRET}\n")
+    f.chmod(mode)
+    assert live.read_header(str(f)) == ("x-key", SECRET)
+
+
+@pytest.mark.parametrize("mode", [0o664, 0o646, 0o666, 0o777], ids=oct)
+def test_switch_refuses_a_loose_header_file_before_switching_or_calling(setup, capsys, mode):
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", V2)
+    code, out, err = run()
+    assert code == 0, err
+    v2, header = out["version"], dest.parent / "header"
+    header.chmod(mode)
+    triton.calls.clear()
+    code, text, err = agent(capsys, "switch", "--dest", str(dest), "--to", v1, "--server", f"triton={triton.url}",
+                            "--header-file", str(header), "--timeout", "5")
+    assert code == 1 and "readable by others" in err and SECRET not in err + text
+    assert os.readlink(dest / "current") == f"versions/{v2}" and triton.calls == []
+    set_remote(client, name, "repo", V1)
+    code, out, err = run()  # sync refuses it too
+    assert code == 1 and "readable by others" in err and os.readlink(dest / "current") == f"versions/{v2}"

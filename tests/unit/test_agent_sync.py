@@ -190,6 +190,37 @@ def test_incremental_downloads_only_what_changed(endpoint, s3, bucket, tmp_path,
     assert read_tree(dest / "current") == tree2
 
 
+@pytest.mark.parametrize("damage", [b"grown", b""], ids=["grown", "truncated"])
+def test_a_previous_file_whose_size_is_not_its_manifests_is_downloaded_not_linked(endpoint, s3, bucket, tmp_path,
+                                                                                  capsys, damage):
+    """The manifest of the current version says a file has the listed ETag and size, but the file on disk has
+    another size (edited in place, cut short): the next version downloads it instead of linking it."""
+    tree = sample_tree(4, models=2, files=3)
+    set_remote(s3, bucket, "repo", tree)
+    dest = tmp_path / "m"
+    code, first, err = agent(capsys, *sync_args(endpoint, bucket, dest))
+    assert code == 0, err
+    old_root = dest / "versions" / first["version"]
+    bad = "model0/1/part0.bin"
+    kept = tree[bad][:-1] + damage  # one byte cut, or five added: another size whatever the content
+    (old_root / bad).write_bytes(kept)
+    assert len(kept) != len(tree[bad])
+
+    tree2 = {**tree, "model1/1/part2.bin": b"changed"}  # something changed: a new version is built
+    set_remote(s3, bucket, "repo", tree2)
+    code, second, err = agent(capsys, *sync_args(endpoint, bucket, dest))
+    assert (code, second["status"]) == (0, "synced"), err
+    assert second["files"]["changed"] == ["model1/1/part2.bin"]  # by the manifest, bad is unchanged
+    assert second["downloaded"] == 2 and second["linked"] == len(tree2) - 2
+    assert second["requests"]["GetObject"] == 2
+    new_root = dest / "current"
+    assert (new_root / bad).read_bytes() == tree[bad]
+    assert (new_root / bad).stat().st_ino != (old_root / bad).stat().st_ino
+    assert (old_root / bad).read_bytes() == kept  # the previous version is left as it is
+    for path in tree2.keys() - {bad, "model1/1/part2.bin"}:  # the rest: linked
+        assert (new_root / path).stat().st_ino == (old_root / path).stat().st_ino
+
+
 def test_back_to_an_older_version_switches_without_downloading(endpoint, s3, bucket, tmp_path, capsys):
     tree = sample_tree(3)
     set_remote(s3, bucket, "repo", tree)

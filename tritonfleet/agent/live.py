@@ -222,14 +222,15 @@ class Live:
 
 
 def _fresh(repo: Repo, version: str, models: list[str]) -> None:
-    """Make each model's directory in ``version`` newer than anything Triton has loaded: Triton reloads a
-    model only when its directory tree is newer than when it last loaded it, and an older version's files
-    (switching back) are older. Directories are per version (files are shared hard links), so only
-    ``version`` is touched."""
+    """Make each model's directory in ``version``, and the directories under it, newer than anything Triton
+    has loaded: Triton reloads a model only when its directory tree is newer than when it last loaded it,
+    and keeps a loaded model version whose own directory is not newer (Triton 2.51, seen with a model whose
+    code alone changed, tests/genmodel/test_live_reload_triton.py); an older version's files (switching back)
+    are older. Directories are per version (files are shared hard links), so only ``version`` is touched."""
     for model in models:
         path = os.path.join(repo.path(version), model)
-        if os.path.isdir(path):
-            os.utime(path)
+        for root, _dirs, _files in os.walk(path):
+            os.utime(root)
 
 
 def _write_json(path: str, data: dict) -> None:

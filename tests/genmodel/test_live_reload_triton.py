@@ -1,0 +1,207 @@
+"""Live reload by `tritonfleet-agent sync --server` / `switch --server` against the real Triton 2.51 on CPU
+(explicit model control, ``--model-repository=DIR/current``), with moto on loopback as the bucket.
+
+What only the real server shows (the stand-in of tests/unit/test_agent_live.py loads whatever it is told):
+Triton reloads a model only when its directory is newer than what it loaded, and keeps a loaded version
+whose version directory is not newer even then, unless the config changed. A switch back to an older
+version therefore needs the agent to touch the model directories (a model whose config changed is then
+reloaded) and, on a rollback, to unload a changed model before loading it (or the newer files keep
+serving). Each test asserts what the server answers after the switch, from outside.
+
+Each model is a Python-backend model answering one INT32, the release its files come from; ``release`` in
+its config says which config Triton loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from genmodel_harness import TritonServer, free_ports
+
+from tests.unit.test_agent_sync import (  # noqa: F401 (endpoint, s3, bucket: fixtures)
+    agent,
+    bucket,
+    endpoint,
+    s3,
+    set_remote,
+    sync_args,
+)
+
+pytestmark = pytest.mark.slow
+
+MODEL_PY = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+RELEASE = {release}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if RELEASE < 0:
+            raise RuntimeError("broken on purpose")
+
+    def execute(self, requests):
+        out = np.array([RELEASE], dtype=np.int32)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("ANSWER", out)]) for _ in requests]
+'''
+CONFIG = '''backend: "python"
+max_batch_size: 0
+input [{{ name: "X", data_type: TYPE_INT32, dims: [1] }}]
+output [{{ name: "ANSWER", data_type: TYPE_INT32, dims: [1] }}]
+instance_group [{{ kind: KIND_CPU, count: 1 }}]
+parameters {{ key: "release" value {{ string_value: "{release}" }} }}
+'''
+
+
+def model(name: str, code: int, config: int | None = None) -> dict[str, bytes]:
+    """The files of a model answering ``code`` (a negative one fails to load), its config saying ``config``
+    (default: ``code``; the same number in two releases: the same config file)."""
+    return {f"{name}/config.pbtxt": CONFIG.format(release=code if config is None else config).encode(),
+            f"{name}/1/model.py": MODEL_PY.format(release=code).encode()}
+
+
+class ExplicitTriton(TritonServer):
+    """The harness's server in explicit model-control mode, every model of the repository loaded at start."""
+
+    def start(self, timeout: float = 120.0) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        args = [str(self.layout.binary), f"--model-repository={self.repository}",
+                f"--backend-directory={self.layout.root / 'backends'}",
+                f"--cache-directory={self.layout.root / 'caches'}",
+                "--http-address=127.0.0.1", f"--http-port={self.http_port}",
+                "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
+                "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
+                "--allow-gpu-metrics=false", "--model-control-mode=explicit", "--load-model=*", "--log-verbose=0",
+                "--exit-timeout-secs=5"]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.layout.env,
+                                         start_new_session=True, cwd=self.layout.root)
+        deadline = time.monotonic() + timeout
+        while self.call("GET", "/v2/health/ready")[0] != 200:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"tritonserver did not start:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.http_url}"
+
+    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, method=method, data=data)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback
+                text = resp.read()
+                return resp.status, json.loads(text) if text else {}
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except OSError:
+            return 0, {}
+
+    def serves(self, name: str) -> tuple[int | None, str | None]:
+        """(what the model answers, the ``release`` of the config Triton has), None for what fails."""
+        code, out = self.call("POST", f"/v2/models/{name}/infer",
+                              {"inputs": [{"name": "X", "shape": [1], "datatype": "INT32", "data": [0]}]})
+        answer = out["outputs"][0]["data"][0] if code == 200 else None
+        code, config = self.call("GET", f"/v2/models/{name}/config")
+        release = config.get("parameters", {}).get("release", {}).get("string_value") if code == 200 else None
+        return answer, release
+
+
+@pytest.fixture
+def fleet(triton_layout, endpoint, s3, bucket, tmp_path, capsys):  # noqa: F811 (fixtures)
+    """``start(tree)``: sync ``tree`` into DIR, start Triton on DIR/current; then ``sync(tree)`` (with the
+    server) and ``switch(version)`` return the agent's (exit code, output, stderr)."""
+    dest = tmp_path / "models"
+    servers: list[ExplicitTriton] = []
+
+    def sync(tree: dict[str, bytes], with_server: bool = True):
+        set_remote(s3, bucket, "repo", tree)
+        extra = ["--server", f"triton={servers[0].url}", "--timeout", "60"] if with_server else []
+        return agent(capsys, *sync_args(endpoint, bucket, dest, *extra))
+
+    def start(tree: dict[str, bytes]) -> tuple[ExplicitTriton, str]:
+        code, out, err = sync(tree, with_server=False)
+        assert code == 0, err
+        server = ExplicitTriton(triton_layout, dest / "current", tmp_path / "tritonserver.log")
+        servers.append(server)
+        server.start()
+        return server, out["version"]
+
+    def switch(version: str):
+        return agent(capsys, "switch", "--dest", str(dest), "--to", version, "--server",
+                     f"triton={servers[0].url}", "--timeout", "60")
+
+    try:
+        yield start, sync, switch, dest
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_a_sync_back_to_older_files_reloads_a_model_whose_config_changed(fleet):
+    """The bucket goes back to release 1, which is still on disk: ``current`` is switched back without a
+    download and the model directories touched, so Triton reloads the model although its files are older
+    than the ones it serves."""
+    start, sync, switch, dest = fleet
+    v1_tree = model("answer", 1)
+    server, v1 = start(v1_tree)
+    assert server.serves("answer") == (1, "1")
+    code, out, err = sync(model("answer", 2))
+    assert code == 0 and out["reload"]["loaded"] == ["answer"], err
+    assert server.serves("answer") == (2, "2")
+
+    code, out, err = sync(v1_tree)
+    assert (code, out["status"], out["version"]) == (0, "switched", v1), err
+    assert out["reload"]["loaded"] == ["answer"] and os.readlink(dest / "current") == f"versions/{v1}"
+    assert server.serves("answer") == (1, "1")
+
+
+def test_switching_back_unloads_a_changed_model_so_its_older_files_serve(fleet):
+    """``switch --to`` an older version: a model whose config is the same in both (only its code changed)
+    would keep serving the newer code on a plain load; the agent unloads it first."""
+    start, sync, switch, dest = fleet
+    server, v1 = start(model("same", 1, config=0))
+    code, out, err = sync(model("same", 2, config=0))
+    assert code == 0 and out["reload"]["loaded"] == ["same"], err
+    assert server.serves("same") == (2, "0")
+
+    code, text, err = switch(v1)
+    assert code == 0 and f"-> {v1}; reloaded 1, unloaded 0" in text, err
+    assert server.serves("same") == (1, "0")
+
+
+def test_a_failed_load_switches_back_and_unloads_what_had_loaded_the_newer_files(fleet):
+    """Release 2 of ``same`` loads, ``broken`` does not: ``current`` goes back to release 1 and ``same`` is
+    unloaded before it is loaded from there, so the server serves release 1 again, not the newer files."""
+    start, sync, switch, dest = fleet
+    v1_tree = {**model("broken", 1), **model("same", 1, config=0)}
+    server, v1 = start(v1_tree)
+    code, out, err = sync({**model("broken", -1), **model("same", 2, config=0)})
+    assert code == 1 and "model broken did not load" in err and out["reload"]["rolled_back"], err
+    assert os.readlink(dest / "current") == f"versions/{v1}"
+    assert server.serves("broken") == (1, "1")  # Triton kept the release it had
+    assert server.serves("same") == (1, "0")
+
+
+
+def test_a_sync_back_to_older_files_reloads_a_model_whose_config_is_the_same(fleet):
+    """A sync whose bucket went back to a kept version reloads a model whose code alone changed, in place (no
+    unload: the model keeps serving): Triton 2.51 keeps a loaded version whose version directory is not newer
+    than when it loaded it, so the version directories are touched too, not only the model's."""
+    start, sync, switch, dest = fleet
+    v1_tree = model("same", 1, config=0)
+    server, v1 = start(v1_tree)
+    code, out, err = sync(model("same", 2, config=0))
+    assert code == 0 and server.serves("same") == (2, "0"), err
+    code, out, err = sync(v1_tree)
+    assert (code, out["status"], out["reload"]["loaded"]) == (0, "switched", ["same"]), err
+    assert server.serves("same") == (1, "0")
