@@ -78,6 +78,18 @@ def test_a_triton_server_bound_to_an_address_is_scraped_there(triton, expected):
                                                                        "neuron": "172.31.0.9:9010"}
 
 
+@pytest.mark.parametrize("bind, node", [("10.0.0.5", "10.0.0.5:9100"), ("fd00::5", "[fd00::5]:9100"),
+                                        ("0.0.0.0", "172.31.0.9:9100"), ("::", "172.31.0.9:9100")])
+def test_exporters_bound_to_one_address_are_scraped_there_but_the_neuron_one(bind, node):
+    data = {**COMMON, "instance_type": "inf2.xlarge", "ssh_hostname": "10.0.0.1", "ec2_private_ip": "172.31.0.9",
+            "monitoring_bind_address": bind}
+    targets = monitoring.host_targets("inf2-a", data, default_fleet="prod")
+    exporters = {t.job: t.address for t in targets if t.job != "triton"}
+    assert exporters == {"node": node, "neuron": "172.31.0.9:9010"}  # AWS's exporter listens everywhere
+    gpu = monitoring.host_targets("g5-a", {**data, "instance_type": "g5.xlarge"}, default_fleet="prod")
+    assert {t.job: t.address for t in gpu if t.job == "dcgm"} == {"dcgm": node.replace("9100", "9400")}
+
+
 def test_a_rerun_after_an_inventory_change_drops_the_gone_host(tmp_path):
     out = tmp_path / "sd"
     monitoring.write_targets(_inventory(tmp_path, HOSTS), out)

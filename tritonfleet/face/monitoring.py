@@ -37,6 +37,10 @@ class Target:
     labels: dict[str, str]
 
 
+#: Exporter jobs that listen on ``monitoring_bind_address`` (and are scraped there when it is one address).
+BOUND_JOBS = ("node", "dcgm")
+
+
 def _host_address(name: str, data: dict, cfg) -> str:
     return cfg.monitoring.scrape_address or data.get("ec2_private_ip") or data.get("ssh_hostname") or name
 
@@ -71,8 +75,11 @@ def host_targets(name: str, data: dict, *, default_fleet: str) -> list[Target]:
             bind = p.bind_address
             where = address if ipaddress.ip_address(bind).is_unspecified else bind
             out.append(Target("triton", _join(where, p.metrics_port), {**base, "server": p.name}))
+    bound = cfg.monitoring.bind_address
     for job, port in exporter_ports(cfg).items():
-        out.append(Target(job, _join(address, port), dict(base)))
+        # node and DCGM exporters listen on monitoring_bind_address; AWS's Neuron exporter on every address
+        where = bound if job in BOUND_JOBS and not ipaddress.ip_address(bound).is_unspecified else address
+        out.append(Target(job, _join(where, port), dict(base)))
     return out
 
 
