@@ -65,3 +65,13 @@ def test_a_stopped_host_is_started_by_up_with_its_disk(fresh):
     assert ssh("scratch", f"test -e {RUN_MARKER}", check=False).returncode == 1  # it did boot again
     # the other hosts kept running, untouched
     assert {h.name: h.nspawn_pid for h in fleet.hosts_from_state(fleet.load_state()) if h.name != "scratch"} == others
+
+
+def test_a_host_made_again_keeps_its_mac_and_the_controller_reaches_it(fresh):
+    fresh("scratch")
+    before = ssh("scratch", "cat /sys/class/net/eth0/address").stdout.strip()
+    fresh("scratch")
+    assert ssh("scratch", "cat /sys/class/net/eth0/address").stdout.strip() == before
+    ip = fleet.get_host("scratch").ip
+    neigh = subprocess.run(["ip", "neigh", "show", ip], capture_output=True, text=True).stdout
+    assert before in neigh, neigh  # the controller's entry names the MAC the host has

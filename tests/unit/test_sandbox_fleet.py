@@ -192,3 +192,16 @@ def test_down_reports_a_listener_it_cannot_stop(isolated, root_only):
         left = fleet.down()
         found = [x for x in left if x.endswith(f"(listening on 127.0.0.1:{fleet.IMDS_PORT})")]
         assert len(found) == 1 and found[0].startswith(f"process {os.getpid()} ")
+
+
+def test_a_hosts_mac_is_fixed_by_its_address_unique_and_locally_administered():
+    """A host made again keeps its MAC, so neighbour tables that hold it stay right (a new random MAC sent the
+    controller's traffic to the old one for about 40 s after every reset)."""
+    from tritonfleet.sandbox.network import host_mac
+
+    macs = [host_mac(f"192.168.250.{i}") for i in range(2, 255)]
+    assert len(set(macs)) == len(macs) and host_mac("192.168.250.16") == macs[14]
+    for mac in macs:
+        first = int(mac.split(":")[0], 16)
+        assert first & 0b10 and not first & 0b01, mac  # locally administered, unicast
+        assert len(mac.split(":")) == 6 and all(len(x) == 2 for x in mac.split(":"))

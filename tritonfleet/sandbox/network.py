@@ -53,11 +53,22 @@ def bridge_exists() -> bool:
     return Path(f"/sys/class/net/{BRIDGE}").exists()
 
 
+def host_mac(ip: str) -> str:
+    """The MAC address of a host's ``eth0``: fixed by its address (locally administered, unicast), as an EC2
+    instance keeps its interface's. A host made again (``reset_host``) then answers at the MAC the controller's
+    and the other hosts' neighbour tables already hold; with a new random MAC each time, traffic to it went to
+    the old one until those entries expired (about 40 s)."""
+    octets = [int(x) for x in ip.split(".")]
+    return "02:74:66:" + ":".join(f"{o:02x}" for o in octets[1:])
+
+
 def add_host_network(h: HostState) -> None:
-    """The host's namespace with ``eth0`` (its address) paired to a veth on the bridge."""
+    """The host's namespace with ``eth0`` (its address, :func:`host_mac`) paired to a veth on the bridge."""
     run(["ip", "netns", "add", h.netns])
-    run(["ip", "link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.netns])
+    run(["ip", "link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "address", host_mac(h.ip),
+         "netns", h.netns])
     run(["ip", "link", "set", h.veth, "master", BRIDGE, "up"])
+    run(["ip", "neigh", "flush", "to", h.ip, "dev", BRIDGE], check=False)  # whatever an earlier host left
     run(["ip", "-n", h.netns, "link", "set", "lo", "up"])
     run(["ip", "-n", h.netns, "addr", "add", f"{h.ip}/24", "dev", "eth0"])
     run(["ip", "-n", h.netns, "link", "set", "eth0", "up"])
