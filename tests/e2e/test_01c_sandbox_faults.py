@@ -67,11 +67,19 @@ def test_a_stopped_host_is_started_by_up_with_its_disk(fresh):
     assert {h.name: h.nspawn_pid for h in fleet.hosts_from_state(fleet.load_state()) if h.name != "scratch"} == others
 
 
+def _mac(name: str) -> str:
+    h = fleet.get_host(name)
+    out = subprocess.run(["ip", "-n", h.netns, "-o", "link", "show", "eth0"], capture_output=True, text=True,
+                         check=True).stdout
+    return out.split("link/ether ")[1].split()[0]
+
+
 def test_a_host_made_again_keeps_its_mac_and_the_controller_reaches_it(fresh):
     fresh("scratch")
-    before = ssh("scratch", "cat /sys/class/net/eth0/address").stdout.strip()
+    before = _mac("scratch")
     fresh("scratch")
-    assert ssh("scratch", "cat /sys/class/net/eth0/address").stdout.strip() == before
+    assert _mac("scratch") == before
+    assert ssh("scratch", "hostname").stdout.strip() == "scratch"
     ip = fleet.get_host("scratch").ip
     neigh = subprocess.run(["ip", "neigh", "show", ip], capture_output=True, text=True).stdout
     assert before in neigh, neigh  # the controller's entry names the MAC the host has
