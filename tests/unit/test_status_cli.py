@@ -146,14 +146,19 @@ class _Session:
 
 SECRET = "s" * 24
 HEADER = f"x-tritonfleet-repository-key: {SECRET}"
-STARTED = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2, minutes=5, seconds=20)).strftime(
-    "%Y-%m-%dT%H:%M:%S.%f000Z")
+
+
+def _started() -> str:
+    """Docker's StartedAt of a container started 2h05m20s ago (now: the test may run long after import)."""
+    return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2, minutes=5, seconds=20)).strftime(
+        "%Y-%m-%dT%H:%M:%S.%f000Z")
 
 
 def _container(server: str, status: str, endpoint: str = "0.0.0.0:8000", *, restarts: int = 0,
                role: str = "triton") -> dict:
     """`docker inspect` of a container in state ``status`` (running, exited, restarting, created)."""
     running = status in ("running", "restarting")
+    started = _started()
     return {
         "Id": f"id-{server}", "Name": f"/{server}", "Image": "sha256:" + "1" * 64, "RestartCount": restarts,
         "Config": {"Image": "tritonserver:24.09", "Env": ["PATH=/usr/bin"], "Labels": {
@@ -161,8 +166,8 @@ def _container(server: str, status: str, endpoint: str = "0.0.0.0:8000", *, rest
             "com.tritonfleet.devices": "0", "com.tritonfleet.endpoint": endpoint, "com.tritonfleet.spec": "abc"}},
         "State": {"Status": status, "Running": running, "Paused": False, "Restarting": status == "restarting",
                   "OOMKilled": False, "Dead": False, "Pid": 4242 if running else 0, "ExitCode": 0 if running else 1,
-                  "StartedAt": STARTED if status != "created" else "0001-01-01T00:00:00Z",
-                  "FinishedAt": "0001-01-01T00:00:00Z" if running else STARTED},
+                  "StartedAt": started if status != "created" else "0001-01-01T00:00:00Z",
+                  "FinishedAt": "0001-01-01T00:00:00Z" if running else started},
         "HostConfig": {"Devices": [{"PathOnHost": "/dev/neuron0", "PathInContainer": "/dev/neuron0",
                                     "CgroupPermissions": "rwm"}]},
     }
