@@ -27,7 +27,7 @@ TARGET    ?= cpu
 # prometheus: the sandbox's Prometheus (README "Monitoring"; its checks of the dashboards)
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint bench-converge bench-sync bench-qa qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint mutate bench-converge bench-sync bench-qa qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -50,7 +50,8 @@ help: ## List targets and their variables
 	@echo "  FLEET_ARGS=...       more fleet up options, e.g. '--triton-source-sg sg-... --models-s3-uri s3://...'"
 	@echo "  YES=1                fleet-down: do not ask for confirmation"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
-	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa)"
+	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, mutate)"
+	@echo "  MODULES=a.py b.py    mutate: these of [tool.mutmut] only_mutate (pyproject.toml) instead of all"
 	@echo "  DIR=$(DIR) TARGET=$(TARGET)   qa-selftest-repo: where the self-test repository goes, and its target"
 	@echo "  VENV=$(VENV) PYTHON=$(PYTHON)"
 
@@ -72,8 +73,8 @@ demo: prereqs setup ## Bring up the sandbox and run the main job on it, then pri
 	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
 	$(TF) status --inventory $(INVENTORY)
 
-test: prereqs setup ## Run the whole test suite, e2e on the sandbox fleet included
-	@rm -f .pytest-exit-code; $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
+test: prereqs setup ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox's tests on one worker, the rest on another)
+	@rm -f .pytest-exit-code; $(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)" >&2; fi; exit $$rc
 
 test-unit: setup ## Tests that need no root and no sandbox: pure logic and @fake deploys
@@ -96,6 +97,9 @@ test-e2e: prereqs setup ## Layer 4: the sandbox fleet, real hosts (tests/e2e; ro
 
 lint: setup ## ruff over the whole tree
 	$(VENV)/bin/ruff check .
+
+mutate: setup ## Mutation testing report (mutmut; pure and @fake tests): mutate-report.md; MODULES=... for a subset
+	nice -n 19 $(PY) tools/mutate.py $(if $(MODULES),--modules '$(MODULES)') $(ARGS)
 
 sandbox-up: prereqs setup ## Bring up the sandbox fleet (HOSTS, TYPES)
 	$(TF) sandbox up --hosts $(HOSTS) --instance-type $(TYPES)
@@ -163,4 +167,4 @@ bench: setup ## Benchmarks (ratios against the named peer, measured in the same 
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean: ## Remove the venv and caches in the checkout (not the sandbox cache)
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info mutants

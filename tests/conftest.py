@@ -3,6 +3,8 @@
 * The repository root on sys.path (roles/, deploys/ are top-level dirs).
 * Layers: every test gets exactly one layer marker from its folder, so each layer runs on its own
   (``pytest -m pure``, ``-m fake``, ``-m triton``, ``-m sandbox``, ``-m e2e``).
+* Two groups for pytest-xdist (``XDIST_GROUPS``): ``make test`` runs the sandbox fleet's tests on one worker
+  and the rest on the other, at the same time.
 * Order: tests marked ``teardown`` (they take the e2e fleet down) run after every other e2e test,
   whatever their file is called.
 * CI (``CI=true``): a skipped test is a failure unless it is marked ``allow_skip("reason")``;
@@ -32,6 +34,12 @@ LAYERS = {
                "no running fleet (tests/unit/test_sandbox_*.py)",
     "e2e": "needs root and the sandbox fleet (real hosts) (tests/e2e)",
 }
+
+# `make test` runs pytest-xdist with two workers and `--dist loadgroup`: one worker runs the fleet group (the
+# sandbox fleet's e2e tests, then the sandbox builders', in order: they share the machine's sandbox state and
+# the e2e teardown comes last), the other everything that needs no sandbox, meanwhile (the e2e tests leave
+# most of the CPU idle: they wait on hosts).
+XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "host", "sandbox": "fleet", "e2e": "fleet"}
 
 # First match wins: (top folder under tests/, file name glob, layer). A test file no rule matches is a
 # usage error, so a new folder has to say which layer it belongs to.
@@ -81,12 +89,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         explicit = {m.name for m in item.iter_markers() if m.name in LAYERS}
         if len(explicit) > 1:
             raise pytest.UsageError(f"{item.nodeid} has more than one layer marker: {sorted(explicit)}")
+        layer = next(iter(explicit), None)
         if not explicit:
             layer = layer_of(item.path)
             if layer is None:
                 unplaced.append(item.nodeid)
                 continue
             item.add_marker(getattr(pytest.mark, layer))
+        item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[layer]))
     if unplaced:
         raise pytest.UsageError(
             "tests outside every layer (add a rule to LAYER_RULES in tests/conftest.py): " + ", ".join(unplaced))

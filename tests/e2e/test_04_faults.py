@@ -128,6 +128,33 @@ def test_status_asks_docker_and_triton(repo):
     assert record["previous"] is None or record["previous"]["spec"] != record["spec"]
 
 
+# Holds dpkg's frontend lock until a process shows it waits for it (the packages script, whose text names the
+# lock's holder), then 3 s more so the wait is real; at most 120 s. (The marker is split so that this
+# script's own command line does not match it.)
+LOCK_HOLDER = """\
+import fcntl, os, time
+lock = open("/var/lib/dpkg/lock-frontend", "w")
+fcntl.lockf(lock, fcntl.LOCK_EX)
+marker, end = b"dpkg lock, " + b"held by", time.monotonic() + 120
+
+
+def waiter():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker in f.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+while time.monotonic() < end and not waiter():
+    time.sleep(0.2)
+time.sleep(3)
+"""
+
+
 def test_a_held_dpkg_lock_is_waited_for_and_an_interrupted_dpkg_repaired(sandbox, tmp_path):
     """Like a re-run right after a killed run: another apt still holds the lock, and dpkg was left
     half-configured. The run waits (naming the holder), repairs dpkg, and completes."""
@@ -138,13 +165,13 @@ def test_a_held_dpkg_lock_is_waited_for_and_an_interrupted_dpkg_repaired(sandbox
               "Architecture: all\\nMaintainer: t <t@example.com>\\nDescription: t\\n' > $d/DEBIAN/control; "
               "dpkg-deb -b $d /tmp/tf-interrupted.deb >/dev/null; dpkg --unpack /tmp/tf-interrupted.deb >/dev/null")
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("iU")
-    # apt's lock is an fcntl lock: hold it the way another apt would
-    holder = ("python3 -c 'import fcntl,time; f=open(\"/var/lib/dpkg/lock-frontend\",\"w\"); "
-              "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(45)'")
-    ssh(HOST, f"rm -f /var/lib/tritonfleet/apt-lists.stamp; (setsid sh -c {shlex.quote(holder)} >/dev/null 2>&1 &); sleep 1")
+    # apt's lock is an fcntl lock: hold it the way another apt would, until the run is seen waiting for it
+    ssh(HOST, "cat > /tmp/tf-lock-holder.py", input=LOCK_HOLDER)
+    ssh(HOST, "rm -f /var/lib/tritonfleet/apt-lists.stamp; "
+              "(setsid python3 /tmp/tf-lock-holder.py >/dev/null 2>&1 &); sleep 1")
     run = _run(*_base_models(tmp_path), "-vvv")  # pyinfra shows command output with -vvv (or when it fails)
     assert run.returncode == 0, run.output[-4000:]
-    assert "waiting up to 300s for the dpkg lock, held by" in run.output and "fcntl.lockf" in run.output
+    assert "waiting up to 300s for the dpkg lock, held by" in run.output and "tf-lock-holder.py" in run.output
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' tf-interrupted").stdout.startswith("ii")
     assert "repairing an interrupted dpkg" in run.output
     assert ssh(HOST, "dpkg-query -W -f='${db:Status-Abbrev}' aws-neuronx-tools").stdout.startswith("ii")
