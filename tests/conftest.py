@@ -38,7 +38,9 @@ LAYERS = {
 # `make test` runs pytest-xdist with two workers and `--dist loadgroup`: one worker runs the fleet group (the
 # sandbox fleet's e2e tests, then the sandbox builders', in order: they share the machine's sandbox state and
 # the e2e teardown comes last), the other everything that needs no sandbox, meanwhile (the e2e tests leave
-# most of the CPU idle: they wait on hosts).
+# most of the CPU idle: they wait on hosts). The group follows the file's layer by LAYER_RULES (below), and
+# GroupScheduling below does the grouping: xdist 3.8's own `xdist_group` marks have no effect under pytest 9.2
+# (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
 XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "host", "sandbox": "fleet", "e2e": "fleet"}
 
 # First match wins: (top folder under tests/, file name glob, layer). A test file no rule matches is a
@@ -89,17 +91,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         explicit = {m.name for m in item.iter_markers() if m.name in LAYERS}
         if len(explicit) > 1:
             raise pytest.UsageError(f"{item.nodeid} has more than one layer marker: {sorted(explicit)}")
-        layer = next(iter(explicit), None)
         if not explicit:
             layer = layer_of(item.path)
             if layer is None:
                 unplaced.append(item.nodeid)
                 continue
             item.add_marker(getattr(pytest.mark, layer))
-        item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[layer]))
     if unplaced:
         raise pytest.UsageError(
             "tests outside every layer (add a rule to LAYER_RULES in tests/conftest.py): " + ", ".join(unplaced))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under ``--dist loadgroup``: one scope per XDIST_GROUPS group, each to a worker of its own, its tests in
+    collection order (the order TeardownLast leaves)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The XDIST_GROUPS group of a test, by its file's layer."""
+    return XDIST_GROUPS.get(layer_of(ROOT / nodeid.split("::", 1)[0]) or "", "host")
 
 
 class TeardownLast:
