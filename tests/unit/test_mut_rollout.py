@@ -725,18 +725,6 @@ def test_a_run_is_pyinfra_on_one_host_in_the_checkout_with_its_data_and_the_stat
     assert json.loads((reports / ".rollout-running.json").read_text()) == {}  # once it had ended
 
 
-def test_a_run_that_ignores_sigterm_is_killed_after_the_grace(tmp_path, monkeypatch):
-    stubborn = tmp_path / "pyinfra"
-    stubborn.write_text("#!/bin/sh\ntrap '' TERM\necho started\nsleep 5\n")
-    stubborn.chmod(0o755)
-    monkeypatch.setattr(ro, "TERM_GRACE", 0.5)
-    runner = ro.Runner(ro.Options(inventory="x", reports_dir=str(tmp_path), step_timeout=0.5))
-    runner.pyinfra = str(stubborn)
-    started = time.monotonic()
-    assert runner.run("deploys/serve.py", "h1") == (False, "deploys/serve.py took longer than 0s")
-    assert time.monotonic() - started < 4
-
-
 def leftovers(monkeypatch, tmp_path, dies_after: int | None):
     """A state file naming pid 4242 on h1; the pid runs for ``dies_after`` looks (None: for ever)."""
     clock = Clock(0)
