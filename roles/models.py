@@ -49,6 +49,17 @@ class Settings(RoleSettings):
     s3_keep: int = Field(3, ge=2, le=100, description=(
         "Versions kept on the host, the current one included (at least 2: the previous one is what a "
         "failed reload switches back to)."))
+    s3_connect_timeout: int = Field(5, ge=1, le=300, description=(
+        "Seconds S3 has to accept a connection, per attempt (3 attempts per request)."))
+    s3_read_timeout: int = Field(30, ge=1, le=3600, description=(
+        "Seconds S3 has to answer, per attempt (3 attempts per request): a hung S3 ends the sync after "
+        "3 x this, naming the endpoint and what the sync was doing."))
+    s3_deadline: int = Field(1800, ge=10, le=7 * 86400, description=(
+        "Seconds the S3 part of a sync (listing, downloads, checks) may take in all; then it stops, "
+        "current unchanged, what was downloaded kept for the next run."))
+    s3_lock_wait: int = Field(60, ge=0, le=3600, description=(
+        "Seconds a sync waits for another one's lock; then an agent stuck past its own bound is ended, "
+        "a live one is named (pid, age) and the run fails."))
     s3_direct: bool = Field(False, description=(
         "Triton reads models_s3_uri itself (no copy on disk; a full download on every start; see README)."))
 
@@ -114,7 +125,9 @@ def sync_command(cfg: HostConfig) -> list[str]:
     """The agent's command line: the source, the kept versions and the servers to reload."""
     m, t = cfg.models, cfg.triton
     cmd = [hc.AGENT, "sync", "--source", m.s3_uri, "--dest", m.dir, "--concurrency", str(m.s3_concurrency),
-           "--keep", str(m.s3_keep), "--timeout", str(t.health_timeout)]
+           "--keep", str(m.s3_keep), "--timeout", str(t.health_timeout),
+           "--connect-timeout", str(m.s3_connect_timeout), "--read-timeout", str(m.s3_read_timeout),
+           "--deadline", str(m.s3_deadline), "--lock-wait", str(m.s3_lock_wait)]
     if m.s3_endpoint:
         cmd += ["--endpoint-url", m.s3_endpoint]
     if m.s3_region:

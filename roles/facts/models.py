@@ -36,7 +36,8 @@ class ModelSyncPlan(FactBase[dict]):
         return {}
 
     def command(self, command: str) -> str:
-        return f"{command} --dry-run --json 2>/dev/null || true"
+        # no wait for another sync's lock here: the sync itself waits (and names or ends its holder)
+        return f"{command} --dry-run --json --lock-wait 0 2>/dev/null || true"
 
     def process(self, output: list[str]) -> dict:
         for line in reversed(output):

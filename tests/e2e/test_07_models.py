@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -17,7 +18,7 @@ import tritonclient.http as httpclient
 
 from tests.e2e.helpers import assert_noop, host_ip, pyinfra, ssh, write_inventory
 from tritonfleet.sandbox import fleet
-from tritonfleet.sandbox.layout import logs_dir
+from tritonfleet.sandbox.layout import BRIDGE_IP, logs_dir
 
 HOST = "scratch"
 ADD_SUB = (fleet.SAMPLES / "add_sub/1/model.py").read_text()
@@ -175,3 +176,61 @@ def test_a_broken_model_fails_the_run_with_tritons_reason_and_the_previous_versi
     assert _infer(client, "add_sub") == 103.0 and client.is_model_ready("arriving")
     assert ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip() == current
     assert _container() == before
+
+
+class _Hang:
+    """A TCP server on the sandbox bridge that accepts connections and never answers: an S3 that hangs."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server((BRIDGE_IP, 0), backlog=64)
+        self.sock.settimeout(0.2)
+        self.conns: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+        self.url = f"http://{BRIDGE_IP}:{self.sock.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def test_an_s3_that_hangs_fails_the_run_in_bounded_time_and_the_next_run_is_not_held_up(live, tmp_path):
+    """Issue 20 part 1, as found: deploys/models.py against an S3 that accepts connections and never answers.
+    The run ends within the timeouts (not minutes), with the agent's one line naming the endpoint and the
+    phase, ``current`` untouched and serving; the next run against the real S3 takes the lock at once."""
+    s3, prefix, inv = live
+    _set(s3, prefix, {**_model("add_sub", V2), **_model("steady"), **_model("arriving"), **_model("late")})
+    before = ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip()
+    hang = _Hang()
+    try:
+        hung = write_inventory(tmp_path, [HOST], extra={
+            "models_s3_uri": f"s3://{fleet.S3_BUCKET}/{prefix.rstrip('/')}", "models_s3_endpoint": hang.url,
+            "models_s3_read_timeout": 2, "models_s3_connect_timeout": 2})
+        started = time.monotonic()
+        run = pyinfra(hung, "deploys/models.py", timeout=300)
+        seconds = time.monotonic() - started
+    finally:
+        hang.close()
+    assert run.returncode != 0 and hang.conns, run.output[-3000:]
+    assert f"S3 at {hang.url} did not answer within 2 s (read timeout, 3 attempts) while listing s3://" \
+        in run.output, run.output[-3000:]
+    assert "Traceback" not in run.output
+    # the plan's dry run and the sync: 3 attempts x 2 s each, plus pyinfra's own work (the default: 180 s)
+    assert seconds < 90, seconds
+    assert ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip() == before
+    client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000")
+    assert _infer(client, "steady") == 3.0
+    again = pyinfra(inv, "deploys/models.py")
+    assert again.returncode == 0 and "another sync holds" not in again.output, again.output[-3000:]
+    assert client.is_model_ready("late")

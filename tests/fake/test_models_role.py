@@ -40,7 +40,8 @@ def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(mon
                                                        f"{'d' * 64} tritonfleet-agent==0.1.0+t")
     (sync,) = sync_lines(rec)
     assert sync == ("/opt/tritonfleet/venv/bin/tritonfleet-agent sync --source s3://models-bucket/prod --dest "
-                    "/opt/tritonfleet/models --concurrency 16 --keep 3 --timeout 180 --region eu-west-1 "
+                    "/opt/tritonfleet/models --concurrency 16 --keep 3 --timeout 180 --connect-timeout 5 "
+                    "--read-timeout 30 --deadline 1800 --lock-wait 60 --region eu-west-1 "
                     "--server triton=http://127.0.0.1:8000 --header-file /etc/tritonfleet/repository-header")
     header = [c for c in rec.commands if "secret-file.sh" in c]
     assert len(header) == 1 and header[0].endswith("/etc/tritonfleet/repository-header")

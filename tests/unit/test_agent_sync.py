@@ -484,4 +484,5 @@ def test_console_script_errors_are_one_line(tmp_path):
     down = subprocess.run(base + ["--source", "s3://bucket/p", "--endpoint-url", "http://127.0.0.1:9"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert (down.returncode, down.stdout, down.stderr.count("\n")) == (1, "", 1), down.stderr
-    assert "Could not connect" in down.stderr and "testing" not in down.stderr
+    assert "cannot connect to S3 at http://127.0.0.1:9 (" in down.stderr and "refused" in down.stderr
+    assert "while listing s3://bucket/p/" in down.stderr and "testing" not in down.stderr

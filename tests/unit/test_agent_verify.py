@@ -16,6 +16,7 @@ from boto3.s3.transfer import TransferConfig
 from moto import mock_aws
 
 from tritonfleet.agent.manifest import Entry, SyncError
+from tritonfleet.agent.remote import Phase
 from tritonfleet.agent.sync import Options, _Fetcher
 from tritonfleet.agent.verify import (
     checksum_matches,
@@ -142,7 +143,7 @@ class _Head:
 def check(tmp_path, data: bytes, etag: str, **head):
     (tmp_path / "f").write_bytes(data)
     client = _Head(ETag=f'"{etag}"', ContentLength=len(data), **head)
-    fetcher = _Fetcher(Options(bucket="b", prefix="", dest=str(tmp_path)), types.SimpleNamespace(client=client),
+    fetcher = _Fetcher(Options(bucket="b", prefix="", dest=str(tmp_path)), types.SimpleNamespace(client=client, phase=Phase()),
                        None, None, None)
     return fetcher._check(str(tmp_path / "f"), Entry(path="f", key="k", size=len(data), etag=etag)), client.calls
 
@@ -187,7 +188,7 @@ def test_etag_not_in_s3_form(tmp_path):
 def test_object_changed_since_the_listing(tmp_path):
     (tmp_path / "f").write_bytes(b"abc")
     client = _Head(ETag='"ffffffffffffffffffffffffffffffff"')
-    fetcher = _Fetcher(Options(bucket="b", prefix="", dest=str(tmp_path)), types.SimpleNamespace(client=client),
+    fetcher = _Fetcher(Options(bucket="b", prefix="", dest=str(tmp_path)), types.SimpleNamespace(client=client, phase=Phase()),
                        None, None, None)
     with pytest.raises(SyncError, match="changed in S3 while syncing"):
         fetcher._check(str(tmp_path / "f"), Entry(path="f", key="k", size=3, etag="0" * 32))

@@ -19,6 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from .layout import LOCK_WAIT
+from .remote import CONNECT_TIMEOUT, DEADLINE, READ_TIMEOUT
 from .sync import Options, Progress, Result, parse_source, run
 
 PROG = "tritonfleet-agent"
@@ -98,6 +100,18 @@ def _stamp(text: str) -> str:
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", text):
         raise argparse.ArgumentTypeError(f"not a file-name-safe stamp (letters, digits, _ . -): {text!r}")
     return text
+
+
+def _seconds_in(lo: float, hi: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not lo <= value <= hi or value != value:
+            raise argparse.ArgumentTypeError(f"{text} is not within {lo:g} to {hi:g} seconds")
+        return value
+    return parse
 
 
 def _seconds(text: str) -> float:
@@ -183,6 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the restricted-API header for the servers, one line 'name: value' (mode 0600)")
     sync.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
                       help="seconds to wait for a server to be ready, and for each model load (default 180)")
+    sync.add_argument("--connect-timeout", type=_seconds_in(0.1, 300), default=CONNECT_TIMEOUT, metavar="S",
+                      help=f"seconds for S3 to accept a connection, per attempt (default {CONNECT_TIMEOUT:g})")
+    sync.add_argument("--read-timeout", type=_seconds_in(0.1, 3600), default=READ_TIMEOUT, metavar="S",
+                      help=f"seconds for S3 to answer, per attempt (default {READ_TIMEOUT:g})")
+    sync.add_argument("--deadline", type=_seconds_in(1, 7 * 86400), default=DEADLINE, metavar="S",
+                      help=f"seconds for the S3 part of the sync as a whole (default {DEADLINE:g})")
+    sync.add_argument("--lock-wait", type=_seconds_in(0, 3600), default=LOCK_WAIT, metavar="S",
+                      help=f"seconds to wait for another sync's lock (default {LOCK_WAIT:g}); then a stuck "
+                           "agent holding it is ended, a live one named")
     sync.set_defaults(run=_sync, parser=sync)
     _add_qa(commands)
     switch = commands.add_parser("switch", help="point DIR/current back at a kept version, reloading the servers",
@@ -285,7 +308,9 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     opts = Options(bucket=bucket, prefix=prefix, dest=args.dest, endpoint_url=args.endpoint_url,
                    region=args.region, path_style=args.path_style, concurrency=args.concurrency, keep=args.keep,
                    retries=args.retries, allow_empty=args.allow_empty, dry_run=args.dry_run,
-                   durable=not args.no_fsync)
+                   durable=not args.no_fsync, connect_timeout=args.connect_timeout,
+                   read_timeout=args.read_timeout, deadline=args.deadline, lock_wait=args.lock_wait,
+                   hard_stop=True)
     live = None
     if args.server:
         from .live import Live, Server, read_header

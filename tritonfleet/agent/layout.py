@@ -15,16 +15,19 @@ import json
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from .manifest import MANIFEST_NAME, Entry, SyncError, entries_from, read_manifest, write_manifest
 
 _VERSION = re.compile(r"^(\d{6,})-\d{8}T\d{6}Z$")
 _STAGING = ".staging-"
 _TRASH = ".trash-"
+LOCK_WAIT = 60.0  # seconds a sync waits for another one's lock
+GRACE = 30.0  # past its own bound by this much, a live holder of the lock counts as stuck
 
 
 def sync_filesystem(path: str) -> None:
@@ -129,6 +132,136 @@ class Staging:
         return out
 
 
+@dataclass
+class Holder:
+    """The process holding ``DIR/.lock``, from ``/proc/locks`` and the record it wrote into the file."""
+
+    pid: int
+    command: str
+    started: float | None  # epoch seconds
+    until: float | None  # epoch seconds by which it said it would be done (None: it did not say)
+
+    def stuck(self, now: float) -> bool:
+        return self.until is not None and now > self.until + GRACE
+
+    def ours(self) -> bool:
+        """A tritonfleet agent, run by this user: one this run may end."""
+        try:
+            return os.stat(f"/proc/{self.pid}").st_uid == os.geteuid() and "tritonfleet" in self.command \
+                and "agent" in self.command
+        except OSError:
+            return False
+
+    def describe(self, now: float) -> str:
+        age = f", running for {_duration(now - self.started)}" if self.started else ""
+        if self.until is None:
+            due = ", with no bound recorded"
+        elif now > self.until:
+            due = f", {_duration(now - self.until)} past its bound"
+        else:
+            due = f", due to end within {_duration(self.until - now)}"
+        return f"pid {self.pid} ({self.command[:160]}){age}{due}"
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _lock_pids(fd: int) -> list[int]:
+    """Pids /proc/locks names as holding a lock on the file open at ``fd``."""
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    try:
+        with open("/proc/locks", encoding="ascii") as f:
+            for line in f:
+                fields = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 00:2d:1234567 0 EOF" ("->" marks a waiter)
+                if len(fields) >= 6 and fields[1] != "->" and fields[5] == dev and fields[4].isdigit():
+                    pids.append(int(fields[4]))
+    except OSError:
+        pass
+    return pids
+
+
+def _started(pid: int) -> float | None:
+    """A process's start time (epoch seconds), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/stat", encoding="ascii") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
+class Lock:
+    """The held ``DIR/.lock``: it records who holds it and until when (read by a run that waits for it)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def record(self, bound: float | None) -> None:
+        """Say this run is done within ``bound`` seconds from now (None: no bound)."""
+        now = time.time()
+        data = {"pid": os.getpid(), "started": _started(os.getpid()) or now,
+                "until": None if bound is None else round(now + bound, 1)}
+        blob = json.dumps(data, sort_keys=True).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, blob, 0)
+
+    def holder(self) -> Holder | None:
+        pids = [p for p in _lock_pids(self.fd) if p != os.getpid()]
+        try:
+            record = json.loads(os.pread(self.fd, 4096, 0) or b"{}")
+        except ValueError:
+            record = {}
+        if not isinstance(record, dict):
+            record = {}
+        pid = pids[0] if pids else record.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            return None
+        mine = record.get("pid") == pid
+        until = record.get("until") if mine and isinstance(record.get("until"), (int, float)) else None
+        started = record.get("started") if mine and isinstance(record.get("started"), (int, float)) \
+            else _started(pid)
+        return Holder(pid, _command(pid), started, until)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _wait_lock(fd: int, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while not _try_lock(fd):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _end(pid: int) -> None:
+    """SIGTERM, and SIGCONT: a stopped process gets the SIGTERM then (the caller SIGKILLs it if it stays)."""
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 class Repo:
     """``DIR``: ``versions/<id>/`` (complete, each with its manifest), ``current`` -> ``versions/<id>``,
     ``.lock``, and while a sync runs ``versions/.staging-<id>/``."""
@@ -139,15 +272,21 @@ class Repo:
         self.current_link = os.path.join(self.root, "current")
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold ``DIR/.lock`` (one sync at a time), clear what dead runs left but staging dirs."""
+    def locked(self, wait: float = 0.0, bound: float | None = None,
+               warnings: list[str] | None = None) -> Iterator[Lock]:
+        """Hold ``DIR/.lock`` (one sync at a time), clear what dead runs left but staging dirs.
+
+        A lock a dead process held is free (flock). Another live sync's lock is waited for up to ``wait``
+        seconds; then its holder, if it is a tritonfleet agent more than ``GRACE`` seconds past the bound
+        it recorded (stuck), is ended and the lock taken (said in ``warnings``); otherwise the sync fails
+        naming it. ``bound``: the seconds this run records as its own bound."""
         os.makedirs(self.versions, exist_ok=True)
         fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        lock = Lock(fd)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise SyncError(f"another sync holds {self.root}/.lock") from None
+            if not _wait_lock(fd, wait):
+                self._take_over(lock, wait, warnings)
+            lock.record(bound)
             if os.path.lexists(self.current_link) and not os.path.islink(self.current_link):
                 raise SyncError(f"{self.current_link} exists and is not a symlink; move it away first")
             for name in os.listdir(self.root):
@@ -156,9 +295,32 @@ class Repo:
             for name in os.listdir(self.versions):
                 if name.startswith(_TRASH):
                     shutil.rmtree(os.path.join(self.versions, name), ignore_errors=True)
-            yield
+            yield lock
         finally:
             os.close(fd)
+
+    def _take_over(self, lock: Lock, waited: float, warnings: list[str] | None) -> None:
+        """The lock is still held after the wait: end a stuck agent holding it, or fail naming the holder."""
+        now = time.time()
+        holder = lock.holder()
+        where = os.path.join(self.root, ".lock")
+        if holder is None:
+            if _wait_lock(lock.fd, 1):  # released meanwhile
+                return
+            raise SyncError(f"another process holds {where} (waited {waited:g} s)")
+        if not (holder.stuck(now) and holder.ours()):
+            if _wait_lock(lock.fd, 0):
+                return
+            raise SyncError(f"another sync holds {where}: {holder.describe(now)}; waited {waited:g} s "
+                            f"(it ends by itself within its bound, or stop it: kill {holder.pid})")
+        _end(holder.pid)
+        if not _wait_lock(lock.fd, 5):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(holder.pid, signal.SIGKILL)
+            if not _wait_lock(lock.fd, 10):
+                raise SyncError(f"{where}: the stuck sync {holder.describe(now)} did not end when killed")
+        if warnings is not None:
+            warnings.append(f"ended a stuck sync that held {where}: {holder.describe(now)}")
 
     def path(self, version: str) -> str:
         return os.path.join(self.versions, version)

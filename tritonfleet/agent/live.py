@@ -77,6 +77,7 @@ class Triton:
         self.server = server
         self.header = header
         self.timeout = timeout
+        self.call_timeout = max(timeout, 60)  # a load can take a while
 
     def _call(self, method: str, path: str, timeout: float) -> tuple[int, str]:
         req = urllib.request.Request(self.server.url.rstrip("/") + path, method=method,
@@ -121,7 +122,7 @@ class Triton:
 
     def _repository(self, path: str) -> str | None:
         try:
-            code, body = self._call("POST", f"/v2/repository/{path}", max(self.timeout, 60))
+            code, body = self._call("POST", f"/v2/repository/{path}", self.call_timeout)
         except OSError as exc:
             return f"no answer from {self.server.url}: {exc}"
         if code == 200:
@@ -140,6 +141,11 @@ class Live:
         self.clients = [Triton(s, header, timeout) for s in servers]
         self.running: list[Triton] = []
         self.outcome = Outcome()
+
+    def bound(self, models: int) -> float:
+        """Seconds the reload may take at most: each server's readiness wait, then a load (and, for a
+        rollback, a second one) of each changed model, each call bounded by its own timeout."""
+        return sum(c.timeout + 2 * max(models, 1) * c.call_timeout for c in self.clients)
 
     @staticmethod
     def served(repo: Repo, current: str | None) -> str | None:

@@ -102,8 +102,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from .layout import Repo, Staging
-from .manifest import Entry, SyncError, check_paths, diff, key_to_path, model_changes
+from .layout import LOCK_WAIT, Repo, Staging
+from .manifest import Entry, SyncError, diff, model_changes
+from .remote import CONNECT_TIMEOUT, DEADLINE, HARD_STOP, READ_TIMEOUT, Phase, Remote, describe, make_client
 from .verify import (
     EMPTY_MD5,
     checksum_matches,
@@ -118,6 +119,7 @@ if TYPE_CHECKING:  # the live reload is imported by the command line only when s
     from .live import Live
 
 MiB = 1024 * 1024
+SWITCH_BOUND = 60.0  # seconds for the commit, the switch and the prune (local disk work)
 PART_SIZE = 8 * MiB  # the smallest range of a ranged GET
 MAX_PART_SIZE = 64 * MiB
 
@@ -158,6 +160,11 @@ class Options:
     allow_empty: bool = False
     dry_run: bool = False
     durable: bool = True
+    connect_timeout: float = CONNECT_TIMEOUT
+    read_timeout: float = READ_TIMEOUT
+    deadline: float | None = DEADLINE  # of the S3 part (listing, downloads, checks); None: none
+    lock_wait: float = LOCK_WAIT  # for another sync's lock, before its holder is ended (stuck) or named
+    hard_stop: bool = False  # exit the process when the deadline's alarm could not stop the S3 part (the CLI)
 
     @property
     def source(self) -> str:
@@ -199,73 +206,6 @@ class Progress:
         pass
 
 
-class Remote:
-    """The S3 client, with a count of the requests it sends and every GET made conditional on the
-    ETag the listing gave (If-Match)."""
-
-    def __init__(self, client) -> None:
-        self.client = client
-        self.requests: dict[str, int] = {}
-        self.etags: dict[str, str] = {}  # key -> listed ETag
-        self._lock = threading.Lock()
-        client.meta.events.register("before-send.s3", self._count)
-        client.meta.events.register("before-parameter-build.s3.GetObject", self._if_match)
-
-    def _count(self, event_name: str, **kwargs) -> None:
-        op = event_name.rsplit(".", 1)[-1]
-        with self._lock:
-            self.requests[op] = self.requests.get(op, 0) + 1
-
-    def _if_match(self, params: dict, **kwargs) -> None:
-        etag = self.etags.get(params.get("Key", ""))
-        if etag:
-            params.setdefault("IfMatch", f'"{etag}"')
-
-    def list(self, bucket: str, prefix: str) -> dict[str, Entry]:
-        out = {}
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", ()):
-                path = key_to_path(obj["Key"], prefix)
-                if path is not None:
-                    out[path] = Entry(path=path, key=obj["Key"], size=obj["Size"], etag=obj["ETag"].strip('"'))
-                    self.etags[obj["Key"]] = out[path].etag
-        check_paths(set(out))
-        return out
-
-
-def make_client(opts: Options):
-    """An S3 client from boto3's default credential chain."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(region_name=opts.region, max_pool_connections=opts.concurrency + 4,
-                    retries={"mode": "standard"}, connect_timeout=10, read_timeout=60,
-                    user_agent_extra="tritonfleet-agent", s3={"addressing_style": "path"} if opts.path_style else None)
-    return boto3.session.Session().client("s3", endpoint_url=opts.endpoint_url, config=config)
-
-
-def describe(exc: BaseException) -> str:
-    """One line for an error, without a traceback (and no credentials: botocore's messages hold none)."""
-    cause: BaseException | None = exc
-    for _ in range(5):  # s3transfer raises its own errors while handling botocore's
-        if cause is None:
-            break
-        response = getattr(cause, "response", None)
-        if isinstance(response, dict) and "Error" in response:
-            err = response["Error"]
-            op = getattr(cause, "operation_name", "request")
-            code = err.get("Code", "?")
-            if code in ("PreconditionFailed", "412"):
-                return f"{op}: an object changed in S3 while syncing ({code}); run the sync again"
-            return f"{op}: {code}: {err.get('Message') or 'no message'}"
-        cause = cause.__cause__ or cause.__context__
-    name = type(exc).__name__
-    if name == "NoCredentialsError":
-        return "no AWS credentials found (boto3's default chain: environment, config files, instance profile)"
-    text = " ".join(str(exc).split())
-    return text if isinstance(exc, SyncError) else f"{name}: {text}"
-
-
 def run(opts: Options, progress: Progress | None = None, live: Live | None = None) -> Result:
     """Sync once (then reload the servers ``live`` knows, see ``live.py``); the result says how it went
     (``status`` "failed" and ``error`` when it did not)."""
@@ -273,11 +213,11 @@ def run(opts: Options, progress: Progress | None = None, live: Live | None = Non
     result = Result()
     remote = None
     try:
-        remote = Remote(make_client(opts))
+        remote = Remote(make_client(opts), Phase(opts.deadline, HARD_STOP if opts.hard_stop else None))
         _sync(opts, remote, progress or Progress(), result, live)
     except Exception as exc:  # one line for the caller, whatever went wrong
         result.status = "failed"
-        result.error = describe(exc)
+        result.error = describe(exc, remote)
     finally:
         result.seconds = round(time.monotonic() - started, 3)
         if remote:
@@ -289,7 +229,10 @@ def run(opts: Options, progress: Progress | None = None, live: Live | None = Non
 
 def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, live: Live | None) -> None:
     repo = Repo(opts.dest)
-    with repo.locked():
+    # the lock records this run's bound (the S3 part's deadline, then the reload's own timeouts): a run
+    # that waits for the lock ends this one once it is well past it (stuck)
+    bound = None if opts.deadline is None else opts.deadline + SWITCH_BOUND
+    with repo.locked(opts.lock_wait, bound, result.warnings) as lock:
         current = result.previous = repo.current()
         served = live.served(repo, current) if live else current
         old: dict[str, Entry] = {}
@@ -300,33 +243,39 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, liv
                 result.warnings.append(f"current version {current} has no readable manifest ({exc}); "
                                        "downloading everything")
                 current = None
-        new = remote.list(opts.bucket, opts.prefix)
-        if not new and not opts.allow_empty:
-            raise SyncError(f"no objects under {opts.source}; refusing to empty the repository "
-                            "(--allow-empty to accept)")
-        d = diff(old, new)
-        result.files = {"added": d.added, "changed": d.changed, "removed": d.removed}
-        result.unchanged = len(d.unchanged)
-        result.models = model_changes(old, new, d)
-        if opts.dry_run:
-            result.status, result.version = "dry-run", current
-            result.bytes = sum(new[p].size for p in d.added + d.changed)
-            if live:
-                live.outcome.pending = served != current
-            return
-        stale = repo.stale_staging()
-        if current and d.empty:
-            result.status, result.version = "unchanged", current
+        with remote.phase.armed():  # the S3 part: nothing in it changes what current shows
+            new = remote.list(opts.bucket, opts.prefix)
+            if not new and not opts.allow_empty:
+                raise SyncError(f"no objects under {opts.source}; refusing to empty the repository "
+                                "(--allow-empty to accept)")
+            d = diff(old, new)
+            result.files = {"added": d.added, "changed": d.changed, "removed": d.removed}
+            result.unchanged = len(d.unchanged)
+            result.models = model_changes(old, new, d)
+            if opts.dry_run:
+                result.status, result.version = "dry-run", current
+                result.bytes = sum(new[p].size for p in d.added + d.changed)
+                if live:
+                    live.outcome.pending = served != current
+                return
+            stale = repo.stale_staging()
+            if current and d.empty:
+                result.status, result.version = "unchanged", current
+            else:
+                result.version = _older_twin(repo, current, new)
+                if result.version:
+                    result.status = "switched"
+                else:
+                    result.version = _build(opts, repo, remote, progress, result, current, old, new, stale)
+                    result.status = "synced"
+                    stale = []  # _build has used and removed them
+        remote.phase("switching and reloading")
+        if live:
+            lock.record(live.bound(len(sum(result.models.values(), []))) + SWITCH_BOUND)
+        if result.status == "unchanged":
             if live and served != current:  # a reload a killed run owes
                 live.before_switch(repo, served)
         else:
-            result.version = _older_twin(repo, current, new)
-            if result.version:
-                result.status = "switched"
-            else:
-                result.version = _build(opts, repo, remote, progress, result, current, old, new, stale)
-                result.status = "synced"
-                stale = []  # _build has used and removed them
             if live:
                 live.before_switch(repo, served)
             repo.switch(result.version, opts.durable)
@@ -478,6 +427,7 @@ class _Fetcher:
             if attempt:
                 with self._lock:
                     self.result.retries += 1
+            self.remote.phase(f"downloading s3://{self.opts.bucket}/{entry.key}")
             if entry.size == 0 and entry.etag.lower() == EMPTY_MD5:
                 open(tmp, "wb").close()  # nothing to fetch
             else:
@@ -543,6 +493,7 @@ class _Fetcher:
         return f"content does not match the object's {checksum[0]} checksum"
 
     def _head(self, key: str, part: int | None = None) -> dict:
+        self.remote.phase(f"reading the metadata of s3://{self.opts.bucket}/{key} (HeadObject)")
         if part:
             return self.remote.client.head_object(Bucket=self.opts.bucket, Key=key, PartNumber=part)
         if key not in self._heads:
