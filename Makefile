@@ -51,6 +51,7 @@ help: ## List targets and their variables
 	@echo "  YES=1                fleet-down: do not ask for confirmation"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
 	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, mutate)"
+	@echo "  VERIFY=1             models: hash every file of the current version against its manifest, repair what differs"
 	@echo "  MODULES=a.py b.py    mutate: these of [tool.mutmut] only_mutate (pyproject.toml) instead of all"
 	@echo "  DIR=$(DIR) TARGET=$(TARGET)   qa-selftest-repo: where the self-test repository goes, and its target"
 	@echo "  VENV=$(VENV) PYTHON=$(PYTHON)"
@@ -113,8 +114,8 @@ sandbox-status: setup ## Show the sandbox fleet
 serve: setup ## Provision and serve INVENTORY (deploys/serve.py)
 	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
 
-models: setup ## Update INVENTORY's model repositories from S3, reloading changed models live (deploys/models.py)
-	$(PYINFRA) -y $(INVENTORY) deploys/models.py
+models: setup ## Update INVENTORY's model repositories from S3, reloading changed models live (deploys/models.py); VERIFY=1 hashes every file and repairs
+	$(PYINFRA) -y $(INVENTORY) deploys/models.py $(if $(VERIFY),--data models_s3_verify=true)
 
 rollout: setup ## Rolling rollout of deploys/serve.py over INVENTORY: BATCH, CANARY, FAIL_PERCENT, TARGET_GROUP
 	$(TF) rollout --inventory $(INVENTORY) --batch $(BATCH) --canary $(CANARY) --fail-percent $(FAIL_PERCENT) \

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 
 from pydantic import Field, field_validator
 from pyinfra import host
@@ -19,8 +20,10 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles.context import config_for
-from roles.operations.files import secret_file, sync_tree
+from roles.operations.files import managed_files, secret_file, sync_tree
 from roles.operations.models import model_sync, models_switch
+from roles.operations.qa import daemon_reload, remove_paths
+from roles.operations.services import services
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
     DEFAULT_IMDS,
@@ -31,6 +34,7 @@ from tritonfleet.config import (
     http_url,
     matching,
 )
+from tritonfleet.templating import render
 
 _S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$"
 _REGION = r"^[a-z]{2}(-[a-z]+)+-\d+$"
@@ -60,6 +64,12 @@ class Settings(RoleSettings):
     s3_lock_wait: int = Field(60, ge=0, le=3600, description=(
         "Seconds a sync waits for another one's lock; then an agent stuck past its own bound is ended, "
         "a live one is named (pid, age) and the run fails."))
+    s3_verify: bool = Field(False, description=(
+        "This run hashes every file of the current version against its manifest and repairs what differs "
+        "(make models VERIFY=1); otherwise only missing, resized and modified-since-checked files are."))
+    s3_verify_schedule: str | None = Field(None, description=(
+        "systemd OnCalendar= of a scheduled verify on the host (e.g. weekly; a timer runs `tritonfleet-agent "
+        "verify`, repairs go to the journal); None: no timer (removed if there was one)."))
     s3_direct: bool = Field(False, description=(
         "Triton reads models_s3_uri itself (no copy on disk; a full download on every start; see README)."))
 
@@ -74,6 +84,8 @@ class Settings(RoleSettings):
     _region = field_validator("s3_region")(matching(_REGION, "expected a region name like us-east-1"))
 
     _endpoint = field_validator("s3_endpoint")(lambda v: http_url(v))
+    _calendar = field_validator("s3_verify_schedule")(matching(
+        r"^[A-Za-z0-9*:,./~ -]{1,100}$", "expected a systemd calendar expression, e.g. weekly"))
 
 
 def model_names(cfg: HostConfig) -> list[str]:
@@ -112,7 +124,7 @@ def _checks(cfg: HostConfig) -> None:
     if m.source and m.s3_uri:
         raise FieldProblem("models_source", m.source, "set models_source or models_s3_uri, not both")
     if not m.s3_uri:
-        for key in ("s3_endpoint", "s3_region", "s3_direct"):
+        for key in ("s3_endpoint", "s3_region", "s3_direct", "s3_verify", "s3_verify_schedule"):
             if getattr(m, key):
                 raise FieldProblem(f"models_{key}", getattr(m, key), "has no effect without models_s3_uri")
 
@@ -121,10 +133,11 @@ ROLE = Role("models", Settings, "the model repository on the host (S3 sync, S3 d
             checks=_checks, order=60)
 
 
-def sync_command(cfg: HostConfig) -> list[str]:
-    """The agent's command line: the source, the kept versions and the servers to reload."""
+def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:
+    """The agent's command line: the source, the kept versions and the servers to reload (``verify``: the
+    ``verify`` command, which hashes every file of the current version first)."""
     m, t = cfg.models, cfg.triton
-    cmd = [hc.AGENT, "sync", "--source", m.s3_uri, "--dest", m.dir, "--concurrency", str(m.s3_concurrency),
+    cmd = [hc.AGENT, "verify" if verify else "sync", "--source", m.s3_uri, "--dest", m.dir, "--concurrency", str(m.s3_concurrency),
            "--keep", str(m.s3_keep), "--timeout", str(t.health_timeout),
            "--connect-timeout", str(m.s3_connect_timeout), "--read-timeout", str(m.s3_read_timeout),
            "--deadline", str(m.s3_deadline), "--lock-wait", str(m.s3_lock_wait)]
@@ -138,8 +151,33 @@ def sync_command(cfg: HostConfig) -> list[str]:
         if repository_header(cfg):
             cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
     if cfg.imds_endpoint != DEFAULT_IMDS:  # credentials from the instance profile at another IMDS address
-        cmd = ["env", f"AWS_EC2_METADATA_SERVICE_ENDPOINT={cfg.imds_endpoint}", *cmd]
+        cmd = ["/usr/bin/env", f"AWS_EC2_METADATA_SERVICE_ENDPOINT={cfg.imds_endpoint}", *cmd]
     return cmd
+
+
+VERIFY_UNIT = "tritonfleet-models-verify"
+VERIFY_UNIT_FILES = (f"/etc/systemd/system/{VERIFY_UNIT}.service", f"/etc/systemd/system/{VERIFY_UNIT}.timer")
+
+
+def _verify_schedule(cfg: HostConfig) -> None:
+    """``models_s3_verify_schedule``: a timer that runs ``tritonfleet-agent verify`` (repairs in the journal:
+    ``journalctl -u tritonfleet-models-verify``); without it, no timer."""
+    m = cfg.models
+    if not m.s3_verify_schedule:
+        services(name="Scheduled model verify stopped", units=[f"{VERIFY_UNIT}.timer"], running=False,
+                 enabled=False)
+        remove_paths(name="Scheduled model verify removed", paths=list(VERIFY_UNIT_FILES))
+        return
+    command = " ".join(shlex.quote(c) for c in sync_command(cfg, verify=True))
+    units = managed_files(name="Scheduled model verify: service and timer", files={
+        VERIFY_UNIT_FILES[0]: render("models/tritonfleet-models-verify.service.j2", command=command,
+                                     timeout=m.s3_deadline + m.s3_lock_wait + 600),
+        VERIFY_UNIT_FILES[1]: render("models/tritonfleet-models-verify.timer.j2", calendar=m.s3_verify_schedule),
+    })
+    daemon_reload(name="systemd reads the changed verify units", _if=units.did_change)
+    services(name="Verify timer restarted with its new schedule", units=[f"{VERIFY_UNIT}.timer"], restarted=True,
+             _if=units.did_change)
+    services(name="Verify timer enabled and started", units=[f"{VERIFY_UNIT}.timer"], running=True, enabled=True)
 
 
 def repository_header(cfg: HostConfig) -> str | None:
@@ -156,7 +194,8 @@ def _s3_sync(cfg: HostConfig) -> None:
     if header and cfg.triton.model_control_mode == "explicit":
         secret_file(name="Triton repository API header (root only)", path=hc.REPOSITORY_HEADER_FILE,
                     content=header)
-    model_sync(name=f"Model repository from {cfg.models.s3_uri}", command=sync_command(cfg))
+    model_sync(name=f"Model repository from {cfg.models.s3_uri}", command=sync_command(cfg, cfg.models.s3_verify))
+    _verify_schedule(cfg)
 
 
 @deploy("Models")

@@ -19,7 +19,7 @@ import time
 from typing import Literal
 
 from pydantic import Field, field_validator
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files, python
 
@@ -29,7 +29,7 @@ from roles.operations.qa import daemon_reload, qa_run, remove_paths
 from roles.operations.services import services
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import DEFAULT_IMDS, FieldProblem, HostConfig, Role, RoleSettings, http_url, matching
-from tritonfleet.face.qa import fleet_table
+from tritonfleet.face.qa import QAFailed, fleet_table
 from tritonfleet.templating import render
 
 _S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$"
@@ -120,8 +120,19 @@ def qa() -> None:
         files.get(name=f"QA report ({ext})", src=f"{REPORTS_DIR}/{stamp}.{ext}",
                   dest=os.path.join(local, f"{stamp}.{ext}"), create_local_dir=True)
     ran = sorted(h.name for h in host.state.inventory.iter_activated_hosts())  # this run's hosts (--limit)
-    python.call(name="QA fleet table", function=fleet_table, reports_dir=cfg.qa.reports_dir, stamp=stamp,
+    python.call(name="QA fleet table", function=_fleet_gate, reports_dir=cfg.qa.reports_dir, stamp=stamp,
                 hosts=ran, _run_once=True)
+
+
+def _fleet_gate(state, host, reports_dir: str, stamp: str, hosts: list[str]) -> bool:
+    """The fleet table; a failed gate is one line and a failed operation, not a Python traceback (pyinfra
+    prints one for any exception a callback raises; a callback taking ``state, host`` returns its status)."""
+    try:
+        fleet_table(reports_dir, stamp, hosts)
+    except QAFailed as exc:
+        host.log_styled(str(exc), fg="red", log_func=logger.error)
+        return False
+    return True
 
 
 def textfile_dir(cfg: HostConfig) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import operation
 
 from roles.facts.models import AgentState, ModelSyncPlan
@@ -60,15 +60,22 @@ def model_sync(command: list[str]):
     """
     Sync the model repository from S3 with the host agent (download, verify, switch ``current``, reload
     the servers it names), when its dry run says there is something to do: a change in S3 or a reload a
-    killed run owes. A no-op run asks S3 for a listing only (no GET).
+    killed run owes, or a file of the current version that is missing, resized or changed on disk (the
+    ``verify`` command hashes every file). A no-op run asks S3 for a listing only (no GET).
 
     + command: the agent's ``sync`` command line, without --dry-run/--json
     """
     line = " ".join(shlex.quote(c) for c in command)
     plan = host.get_fact(ModelSyncPlan, command=line)
     files = plan.get("files") or {}
+    damaged = plan.get("damaged") or {}
+    if damaged:
+        shown = ", ".join(f"{p} ({why})" for p, why in sorted(damaged.items())[:5])
+        logger.warning(f"{host.name}: model repository {plan.get('version')}: {len(damaged)} damaged "
+                       f"file{'s' if len(damaged) > 1 else ''}, repaired from S3 by this run: {shown}"
+                       + (", ..." if len(damaged) > 5 else ""))
     if plan.get("status") == "dry-run" and plan.get("version") and not any(files.values()) \
-            and not (plan.get("reload") or {}).get("pending"):
+            and not plan.get("damaged") and not (plan.get("reload") or {}).get("pending"):
         host.noop(f"model repository is {plan['version']} ({plan.get('unchanged', 0)} files), as in S3")
         return
     yield line

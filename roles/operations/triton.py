@@ -73,15 +73,20 @@ def triton_container(container: str, image: str, spec_hash: str, run_args: list[
     docker = host.get_fact(DockerState, images=(image,))
     current = docker["containers"].get(name)
     image_id = (docker["images"].get(image) or {}).get("id")
-    if current and current["spec"] == spec_hash and current["running"] and (
-            image_id is None or current["image_id"] == image_id):
-        host.noop(f"container {name} is up to date")
-        return
     record = hc.ServerRecord(name=name, image=image, spec=spec_hash, run_args=hc.redact(run_args, secret),
                              command=hc.redact(command, secret))
     old = docker["records"].get(name)
     if old is not None:
         record = old.succeeded_by(record)
+    if current and current["spec"] == spec_hash and current["running"] and (
+            image_id is None or current["image_id"] == image_id):
+        # the record is part of "up to date" (rollback and `status --previous` read it): a missing or stale
+        # one (deleted, or a run killed between the swap and its write) is written back, 0600
+        if old is not None and old.spec == spec_hash:
+            host.noop(f"container {name} is up to date")
+            return
+        yield script("secret-file.sh", hc.record_path(name), stdin=record.to_json())
+        return
     yield script("triton-swap.sh", name, hc.record_path(name), record.to_json(), url, int(timeout),
                  ",".join(models), "--", *run_args, image, *command, secret=secret)
 

@@ -128,6 +128,25 @@ def test_status_asks_docker_and_triton(repo):
     assert record["previous"] is None or record["previous"]["spec"] != record["spec"]
 
 
+def test_a_deleted_server_record_is_put_back_by_the_next_run(repo):
+    """Issue 20 part 9, as found: the server record deleted on a converged host; the rerun writes it back
+    (rollback and `status --previous` read it), 0600, and the run after that changes nothing."""
+    from tests.e2e.helpers import assert_noop
+
+    base, models = repo
+    path = "/var/lib/tritonfleet/servers/triton.json"
+    before = json.loads(ssh(HOST, f"cat {path}").stdout)
+    started = _container()["State"]["StartedAt"]
+    ssh(HOST, f"rm {path}")
+    run = _run(base, models)
+    assert run.returncode == 0 and run.totals["changed"] >= 1, run.output[-3000:]
+    after = json.loads(ssh(HOST, f"cat {path}").stdout)
+    assert (after["spec"], after["image"], after["run_args"]) == (before["spec"], before["image"], before["run_args"])
+    assert ssh(HOST, f"stat -c %a {path}").stdout.strip() == "600"
+    assert _container()["State"]["StartedAt"] == started  # written back without touching the container
+    assert_noop(_run(base, models))
+
+
 # Holds dpkg's frontend lock until a process shows it waits for it (the packages script, whose text names the
 # lock's holder), then 3 s more so the wait is real; at most 120 s. (The marker is split so that this
 # script's own command line does not match it.)

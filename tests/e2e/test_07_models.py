@@ -234,3 +234,23 @@ def test_an_s3_that_hangs_fails_the_run_in_bounded_time_and_the_next_run_is_not_
     again = pyinfra(inv, "deploys/models.py")
     assert again.returncode == 0 and "another sync holds" not in again.output, again.output[-3000:]
     assert client.is_model_ready("late")
+
+
+def test_a_file_that_rots_on_the_host_is_found_by_a_no_op_run_and_repaired(live):
+    """Issue 20 part 2, as found: a byte changed in a model file of the current version and another file
+    deleted. With S3 unchanged the next run finds both, repairs them through a new version and the normal
+    switch, reloads the model, and says so; the run after it changes nothing."""
+    s3, prefix, inv = live
+    root = "/opt/tritonfleet/models/current"
+    # (a model.py would not do: the models' identical model.py files are one inode, linked)
+    ssh(HOST, f"printf X | dd of={root}/steady/config.pbtxt bs=1 seek=0 conv=notrunc status=none "
+              f"&& rm {root}/late/1/model.py")
+    run = pyinfra(inv, "deploys/models.py")
+    assert run.returncode == 0, run.output[-3000:]
+    assert "2 damaged files, repaired from S3 by this run: late/1/model.py (missing), steady/config.pbtxt " \
+        "(content changed (md5 " in run.output, run.output[-3000:]
+    assert ssh(HOST, f"cat {root}/steady/config.pbtxt").stdout == _model("steady")["steady/config.pbtxt"]
+    assert ssh(HOST, f"cat {root}/late/1/model.py").stdout == ADD_SUB
+    client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000")
+    assert _infer(client, "steady") == 3.0 and client.is_model_ready("late")
+    assert_noop(pyinfra(inv, "deploys/models.py"))

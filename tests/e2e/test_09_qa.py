@@ -67,7 +67,7 @@ def test_a_host_serving_a_wrong_model_fails_naming_model_output_and_element(flee
         assert run.returncode == 0, run.output[-4000:]  # the wrong model loads fine: only QA can tell
         run = pyinfra(inv, "deploys/qa.py")
         assert run.returncode != 0
-        assert "QA failed on gpu" in run.output, run.output[-4000:]
+        assert "QA failed on gpu" in run.output and "Traceback" not in run.output, run.output[-4000:]
         newest = sorted((reports / "gpu").glob("*.json"))[-1]
         failed = [c for c in json.loads(newest.read_text())["cases"] if c["status"] == "failed"]
         assert failed and failed[0]["model"] == "add_sub" and failed[0]["worst"]["output"] == "OUTPUT0"
@@ -79,6 +79,23 @@ def test_a_host_serving_a_wrong_model_fails_naming_model_output_and_element(flee
     finally:
         good = write_inventory(base, HOSTS, extra={"qa_reports_dir": str(reports)})
         assert pyinfra(good, "deploys/models.py").returncode == 0
+
+
+def test_qa_against_a_stopped_server_ends_as_the_table_and_one_line(fleet3):
+    """Issue 20 part 6, as found: one host's Triton stopped; the run fails with the fleet table and one line
+    naming the host, no Python traceback."""
+    _, reports, inv = fleet3
+    stopped = ssh("trn1", "docker ps -q --filter label=com.tritonfleet.role=triton").stdout.split()
+    assert stopped
+    ssh("trn1", "docker stop -t 5 " + " ".join(stopped))
+    try:
+        run = pyinfra(inv, "deploys/qa.py")
+    finally:
+        ssh("trn1", "docker start " + " ".join(stopped))
+    assert run.returncode != 0
+    assert "Traceback" not in run.output and "raise " not in run.output, run.output[-4000:]
+    assert re.search(r"QA failed on trn1 \(reports under .*\)", run.output), run.output[-4000:]
+    assert "inf2" in run.output and "gpu" in run.output  # the table has every host
 
 
 def test_scheduled_qa_uploads_its_report_and_writes_the_textfile_metric(fleet3):

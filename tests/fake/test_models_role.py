@@ -60,7 +60,7 @@ def test_a_non_default_imds_reaches_the_agent_and_poll_mode_names_no_server(monk
     data = {**S3, "imds_endpoint": "http://10.0.0.1:8081", "triton_model_control_mode": "poll"}
     rec = run_deploys([agent, models], data, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
     (sync,) = sync_lines(rec)
-    assert sync.startswith("env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://10.0.0.1:8081 /opt/tritonfleet/venv/")
+    assert sync.startswith("/usr/bin/env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://10.0.0.1:8081 /opt/tritonfleet/venv/")
     assert "--server" not in sync and "--header-file" not in sync
     assert not any("secret-file.sh" in c for c in rec.commands)
 
@@ -94,3 +94,49 @@ def test_direct_mode_gives_triton_the_s3_url_and_keeps_nothing_on_disk(monkeypat
 def test_data_that_would_be_ignored_or_is_wrong_is_refused(monkeypatch, extra, message):
     with pytest.raises(PreflightError, match=message.replace("(", r"\(")):
         run_deploys(models, {**S3, **extra}, "debian12", monkeypatch)
+
+
+def _plan(**fields) -> str:
+    """What the agent's dry run prints: the current version with nothing new in S3, plus ``fields``."""
+    import json
+
+    return json.dumps({"status": "dry-run", "version": "000002-20261126T000000Z", "unchanged": 5,
+                       "files": {"added": [], "changed": [], "removed": []}, "reload": {"pending": False},
+                       **fields})
+
+
+def test_a_plan_that_finds_damaged_files_runs_the_sync_and_says_what_it_repairs(monkeypatch, caplog):
+    installed = {AGENT_PYTHON: ["3.11", "x86_64", "d" * 64]}
+    quiet = run_deploys([agent, models], S3, "debian12", monkeypatch, responses={**installed, "--dry-run": [_plan()]})
+    assert sync_lines(quiet) == []  # nothing new in S3, nothing damaged: no sync
+    damaged = {"--dry-run": [_plan(damaged={"m/1/model.bin": "missing"})]}
+    with caplog.at_level("WARNING"):
+        rec = run_deploys([agent, models], S3, "debian12", monkeypatch, responses={**installed, **damaged})
+    assert len(sync_lines(rec)) == 1
+    assert "@fake/h1: model repository 000002-20261126T000000Z: 1 damaged file, repaired from S3 by this run: " \
+           "m/1/model.bin (missing)" in caplog.text
+
+
+def test_verify_runs_the_agents_verify_and_a_schedule_installs_its_timer(monkeypatch):
+    data = {**S3, "models_s3_verify": True, "models_s3_verify_schedule": "Sun *-*-* 03:00:00"}
+    rec = run_deploys([agent, models], data, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
+    assert [c for c in rec.commands if "tritonfleet-agent verify --source s3://models-bucket/prod" in c
+            and "--dry-run" not in c]
+    service = rec.uploads["/etc/systemd/system/tritonfleet-models-verify.service"]
+    (exec_start,) = [line for line in service.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.startswith("ExecStart=/opt/tritonfleet/venv/bin/tritonfleet-agent verify --source "
+                                 "s3://models-bucket/prod --dest /opt/tritonfleet/models ")
+    assert "OnCalendar=Sun *-*-* 03:00:00" in rec.uploads["/etc/systemd/system/tritonfleet-models-verify.timer"]
+    assert any("systemctl start tritonfleet-models-verify.timer" in c for c in rec.commands)
+
+
+def test_no_schedule_stops_and_removes_a_verify_timer(monkeypatch):
+    rec = run_deploys([agent, models], S3, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
+    assert not any(p.endswith("tritonfleet-models-verify.service") for p in rec.uploads)
+
+
+@pytest.mark.parametrize("value", ["weekly; rm -rf /", "$(reboot)", "x" * 101])
+def test_a_verify_schedule_that_is_no_calendar_is_refused_in_preflight(monkeypatch, value):
+    with pytest.raises(PreflightError, match=r"@fake/h1: models_s3_verify_schedule .*expected a systemd calendar"):
+        run_deploys([agent, models], {**S3, "models_s3_verify_schedule": value}, "debian12", monkeypatch,
+                    responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})

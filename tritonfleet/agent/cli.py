@@ -168,13 +168,7 @@ def _add_qa(commands) -> None:
     publish.set_defaults(run=_qa_publish, parser=publish)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Host-side agent of tritonfleet.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    commands.required = True
-    sync = commands.add_parser("sync", help="sync the model repository from S3 into a directory",
-                               description="Sync a Triton model repository from S3 into DIR/versions/<id>, "
-                                           "then switch DIR/current to it.")
+def _sync_arguments(sync: argparse.ArgumentParser) -> None:
     sync.add_argument("--source", required=True, type=_source, metavar="s3://BUCKET[/PREFIX]",
                       help="the model repository in S3")
     sync.add_argument("--dest", required=True, metavar="DIR", help="the repository root on the host")
@@ -206,7 +200,24 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--lock-wait", type=_seconds_in(0, 3600), default=LOCK_WAIT, metavar="S",
                       help=f"seconds to wait for another sync's lock (default {LOCK_WAIT:g}); then a stuck "
                            "agent holding it is ended, a live one named")
-    sync.set_defaults(run=_sync, parser=sync)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Host-side agent of tritonfleet.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    sync = commands.add_parser("sync", help="sync the model repository from S3 into a directory",
+                               description="Sync a Triton model repository from S3 into DIR/versions/<id>, "
+                                           "then switch DIR/current to it.")
+    _sync_arguments(sync)
+    sync.set_defaults(run=_sync, parser=sync, verify=False)
+    verify = commands.add_parser("verify", help="hash every file of DIR/current against its manifest and repair "
+                                                 "what differs from S3 (a sync that trusts nothing on disk)",
+                                 description="Check every file of the current version against its manifest "
+                                             "(md5), then sync: damaged files are downloaded again into a new "
+                                             "version, which current is switched to. Same options as sync.")
+    _sync_arguments(verify)
+    verify.set_defaults(run=_sync, parser=verify, verify=True)
     _add_qa(commands)
     switch = commands.add_parser("switch", help="point DIR/current back at a kept version, reloading the servers",
                                  description="Switch the model repository to a version kept on disk (a rollback) "
@@ -289,6 +300,12 @@ def summary(r: Result) -> str:
                  f"{len(reload['unloaded'])} unloaded")
     if reload.get("skipped"):
         tail += f"; not running (they load it when they start): {', '.join(reload['skipped'])}"
+    if r.repaired:
+        tail += f"; repaired {len(r.repaired)} damaged file{'s' if len(r.repaired) > 1 else ''}: " + ", ".join(
+            f"{p} ({why})" for p, why in sorted(r.repaired.items())[:5]) + (", ..." if len(r.repaired) > 5 else "")
+    elif r.damaged and r.status == "dry-run":
+        tail += f"; {len(r.damaged)} damaged file{'s' if len(r.damaged) > 1 else ''} to repair: " + ", ".join(
+            f"{p} ({why})" for p, why in sorted(r.damaged.items())[:5]) + (", ..." if len(r.damaged) > 5 else "")
     if r.status == "dry-run" and reload.get("pending"):
         tail += "; a reload of the servers is pending"
     if r.status == "unchanged":
@@ -310,7 +327,7 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                    retries=args.retries, allow_empty=args.allow_empty, dry_run=args.dry_run,
                    durable=not args.no_fsync, connect_timeout=args.connect_timeout,
                    read_timeout=args.read_timeout, deadline=args.deadline, lock_wait=args.lock_wait,
-                   hard_stop=True)
+                   hard_stop=True, verify=args.verify)
     live = None
     if args.server:
         from .live import Live, Server, read_header

@@ -141,6 +141,7 @@ class Live:
         self.clients = [Triton(s, header, timeout) for s in servers]
         self.running: list[Triton] = []
         self.outcome = Outcome()
+        self.repaired: list[str] = []  # models whose damaged files the new version puts right: loaded again
 
     def bound(self, models: int) -> float:
         """Seconds the reload may take at most: each server's readiness wait, then a load (and, for a
@@ -176,6 +177,9 @@ class Live:
             return
         old, new = repo.manifest(served), repo.manifest(current)
         changes = model_changes(old, new, diff(old, new))
+        top = {p.split("/", 1)[0] for p in new if "/" in p}
+        changes["changed"] = sorted(set(changes["changed"]) | (set(self.repaired) & top & {
+            p.split("/", 1)[0] for p in old if "/" in p}))
         _fresh(repo, current, changes["added"] + changes["changed"])
         out = self.outcome
         out.servers = [c.server.name for c in self.running]

@@ -94,6 +94,7 @@ a source without a prefix needs ``s3:ListBucket`` without the condition and ``s3
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import threading
@@ -102,6 +103,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from .integrity import Damage, Stamps, check, reusable
 from .layout import LOCK_WAIT, Repo, Staging
 from .manifest import Entry, SyncError, diff, model_changes
 from .remote import CONNECT_TIMEOUT, DEADLINE, HARD_STOP, READ_TIMEOUT, Phase, Remote, describe, make_client
@@ -165,6 +167,7 @@ class Options:
     deadline: float | None = DEADLINE  # of the S3 part (listing, downloads, checks); None: none
     lock_wait: float = LOCK_WAIT  # for another sync's lock, before its holder is ended (stuck) or named
     hard_stop: bool = False  # exit the process when the deadline's alarm could not stop the S3 part (the CLI)
+    verify: bool = False  # hash every file of the current version (else only those whose inode changed)
 
     @property
     def source(self) -> str:
@@ -188,6 +191,9 @@ class Result:
     pruned: list[str] = field(default_factory=list)
     requests: dict[str, int] = field(default_factory=dict)
     reload: dict | None = None  # with servers: what the live reload did (live.Outcome)
+    damaged: dict[str, str] = field(default_factory=dict)  # path -> what is wrong, in the current version
+    repaired: dict[str, str] = field(default_factory=dict)  # of those, put right in the new current version
+    hashed: int = 0  # files of the current version hashed by the check
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
@@ -217,7 +223,7 @@ def run(opts: Options, progress: Progress | None = None, live: Live | None = Non
         _sync(opts, remote, progress or Progress(), result, live)
     except Exception as exc:  # one line for the caller, whatever went wrong
         result.status = "failed"
-        result.error = describe(exc, remote)
+        result.error = _no_space(exc, opts.dest) or describe(exc, remote)
     finally:
         result.seconds = round(time.monotonic() - started, 3)
         if remote:
@@ -243,6 +249,14 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, liv
                 result.warnings.append(f"current version {current} has no readable manifest ({exc}); "
                                        "downloading everything")
                 current = None
+        stamps = Stamps(repo.root)
+        damage = Damage()
+        if current:  # files that rotted on disk: missing, another size, changed since last found good
+            mode = "all" if opts.verify else "changed" if stamps.found or not opts.dry_run else "stat"
+            damage = check(repo.path(current), old, stamps, mode)
+            result.damaged, result.hashed = damage.files, damage.hashed
+            if live:
+                live.repaired = sorted({p.split("/", 1)[0] for p in damage.files if "/" in p})
         with remote.phase.armed():  # the S3 part: nothing in it changes what current shows
             new = remote.list(opts.bucket, opts.prefix)
             if not new and not opts.allow_empty:
@@ -259,16 +273,19 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, liv
                     live.outcome.pending = served != current
                 return
             stale = repo.stale_staging()
-            if current and d.empty:
+            if current and d.empty and not damage:
                 result.status, result.version = "unchanged", current
             else:
-                result.version = _older_twin(repo, current, new)
+                result.version = _older_twin(repo, current, new, stamps)
                 if result.version:
                     result.status = "switched"
                 else:
-                    result.version = _build(opts, repo, remote, progress, result, current, old, new, stale)
+                    sound = {p: e for p, e in old.items() if p not in damage.files}
+                    result.version = _build(opts, repo, remote, progress, result, current, sound, new, stale,
+                                            stamps)
                     result.status = "synced"
                     stale = []  # _build has used and removed them
+                result.repaired = {p: why for p, why in damage.files.items() if p in new}
         remote.phase("switching and reloading")
         if live:
             lock.record(live.bound(len(sum(result.models.values(), []))) + SWITCH_BOUND)
@@ -288,15 +305,23 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, liv
         for s in stale:
             repo.remove(os.path.basename(s.root))
         result.pruned = repo.prune(opts.keep)
+        # every file of the current version was found good by now: stamp them, after the links and prunes
+        # that changed their inodes' ctime
+        now = repo.current()
+        if now:
+            root = repo.path(now)
+            stamps.save([os.path.join(root, p) for p in repo.manifest(now)])
 
 
-def _older_twin(repo: Repo, current: str | None, new: dict[str, Entry]) -> str | None:
-    """The newest complete version but the current one whose manifest has exactly the remote's content."""
+def _older_twin(repo: Repo, current: str | None, new: dict[str, Entry], stamps: Stamps) -> str | None:
+    """The newest complete version but the current one whose manifest has exactly the remote's content,
+    and whose files still match it."""
     for version in reversed(repo.complete()):
         if version == current:
             continue
         try:
-            if diff(repo.manifest(version), new).empty:
+            manifest = repo.manifest(version)
+            if diff(manifest, new).empty and not check(repo.path(version), manifest, stamps, "changed"):
                 return version
         except (OSError, ValueError):
             continue
@@ -304,8 +329,10 @@ def _older_twin(repo: Repo, current: str | None, new: dict[str, Entry]) -> str |
 
 
 def _build(opts: Options, repo: Repo, remote: Remote, progress: Progress, result: Result, current: str | None,
-           old: dict[str, Entry], new: dict[str, Entry], stale: list[Staging]) -> str:
-    """Build the new version in staging (links, then downloads) and commit it; returns its id."""
+           old: dict[str, Entry], new: dict[str, Entry], stale: list[Staging], stamps: Stamps) -> str:
+    """Build the new version in staging (links, then downloads) and commit it; returns its id. A file on disk
+    is linked only while it matches its entry (``integrity.reusable``); ``old``: the current version's
+    entries that are not damaged."""
     sources: dict[tuple[str, int], tuple[str, Entry, bool]] = {}  # content -> (file, its entry, resumed)
     for s in reversed(stale):  # newest last, so newest wins
         for e in s.journaled().values():
@@ -314,12 +341,15 @@ def _build(opts: Options, repo: Repo, remote: Remote, progress: Progress, result
         for e in old.values():
             sources[e.content] = (os.path.join(repo.path(current), e.path), e, False)
     staging = repo.new_staging()
+    sound: dict[str, bool] = {}  # source file -> reusable (hashed at most once)
     try:
         todo: dict[tuple[str, int], list[Entry]] = {}
         for path in sorted(new):
             e = new[path]
             src = sources.get(e.content)
-            if src and _same_size(src[0], e.size):
+            if src and src[0] not in sound:
+                sound[src[0]] = reusable(src[0], src[1], stamps)
+            if src and sound[src[0]]:
                 staging.place(replace(e, md5=src[1].md5, verified=src[1].verified), src[0], link=True)
                 result.linked += 1
                 result.resumed += src[2]
@@ -328,7 +358,9 @@ def _build(opts: Options, repo: Repo, remote: Remote, progress: Progress, result
         for s in stale:  # what was worth keeping is linked now: at most one staging dir stays after a failure
             repo.remove(os.path.basename(s.root))
         groups = list(todo.values())
-        progress.begin(len(groups), sum(g[0].size for g in groups))
+        need = sum(g[0].size for g in groups)
+        _check_space(repo.root, need, len(groups))
+        progress.begin(len(groups), need)
         if groups:
             _Fetcher(opts, remote, staging, progress, result).run(groups)
         missing = set(new) - set(staging.placed)
@@ -342,11 +374,46 @@ def _build(opts: Options, repo: Repo, remote: Remote, progress: Progress, result
     return version
 
 
-def _same_size(path: str, size: int) -> bool:
-    try:
-        return os.stat(path).st_size == size
-    except OSError:
-        return False
+SPACE_MARGIN = 64 * MiB  # left free besides the downloads (manifest, journal, the filesystem's own needs)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def free_space(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _check_space(root: str, need: int, files: int) -> None:
+    """Refuse a download the filesystem cannot hold, before anything is fetched."""
+    free = free_space(root)
+    if need + SPACE_MARGIN > free:
+        raise SyncError(f"not enough space on the filesystem of {root}: this sync downloads {_size(need)} "
+                        f"({files} files) and needs {_size(need + SPACE_MARGIN)} free, {_size(free)} are; free "
+                        "space there, or keep fewer versions (--keep, models_s3_keep)")
+
+
+def _no_space(exc: BaseException, dest: str) -> str | None:
+    """The one line for a full disk met anyway (another writer filled it): the path and the space left."""
+    cause: BaseException | None = exc
+    for _ in range(6):
+        if cause is None:
+            return None
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            where = f" writing {cause.filename}" if cause.filename else ""
+            try:
+                left = f"; {_size(free_space(dest))} free now"
+            except OSError:
+                left = ""
+            return f"no space left on the filesystem of {dest}{where}{left}; free space there and run again"
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _subscriber(entry: Entry, progress: Progress):
