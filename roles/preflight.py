@@ -10,10 +10,13 @@ once (``roles/facts/cache.py``), so building the operations host after host cost
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
+import click
+from gevent import GreenletExit
 from gevent.lock import Semaphore
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.server import LinuxDistribution
@@ -56,13 +59,42 @@ def _host_checks(h, cfg: HostConfig, roles) -> HostConfig:
     return cfg
 
 
-def _each(hosts, check) -> tuple[dict, list[str]]:
+class _Causes(logging.Handler):
+    """What pyinfra logged about each host while preflight read its facts (the cause of a lost host)."""
+
+    def __init__(self, hosts) -> None:
+        super().__init__(logging.WARNING)
+        self.prefixes = {h.name: h.print_prefix for h in hosts}
+        self.said: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = click.unstyle(record.getMessage())
+        for name, prefix in self.prefixes.items():
+            plain = click.unstyle(prefix)
+            if text.startswith(plain) and name not in self.said:
+                self.said[name] = " ".join(text[len(plain):].split())
+
+
+def _each(state, hosts, check, lost: dict[str, str]) -> tuple[dict, list[str]]:
+    """``check`` each host; a host pyinfra failed meanwhile (its fact read failed on the connection: it is
+    unreachable) goes to ``lost`` instead of ``errors``: it is left out, the way pyinfra leaves out a host it
+    cannot connect to, and the others go on. Bad data still stops every host."""
     done, errors = {}, []
     for h in hosts:
+        if h.name in lost:
+            continue
         try:
-            done[h.name] = check(h)
+            value = check(h)
         except ConfigError as exc:
-            errors.append(str(exc))
+            if h in state.failed_hosts:
+                lost[h.name] = ""
+            else:
+                errors.append(str(exc))
+            continue
+        if h in state.failed_hosts:
+            lost[h.name] = ""
+        else:
+            done[h.name] = value
     return done, errors
 
 
@@ -87,18 +119,30 @@ def _validate_all(state) -> dict[str, HostConfig]:
     fact_cache.install(state)
     roles = all_roles()
     hosts = sorted(list(state.inventory.iter_activated_hosts()) or list(state.inventory), key=lambda x: x.name)
-    configs, errors = _each(hosts, lambda h: _validate(h, roles))
-    if not errors:
-        for h in hosts:
-            for role in roles:
-                if role.on_connect is not None:
-                    role.on_connect(h, configs[h.name])
-        fact_cache.prefetch(state, hosts)  # what the last run of this deploy read: one command per host, at once
-        configs, errors = _each(hosts, lambda h: _platform(h, configs[h.name]))
-    if not errors:
-        configs, errors = _each(hosts, lambda h: _host_checks(h, configs[h.name], roles))
+    lost: dict[str, str] = {h.name: "" for h in hosts if h in state.failed_hosts}
+    causes = _Causes(hosts)
+    logger.addHandler(causes)
+    try:
+        configs, errors = _each(state, hosts, lambda h: _validate(h, roles), lost)
+        if not errors:
+            for h in hosts:
+                if h.name in configs:
+                    for role in roles:
+                        if role.on_connect is not None:
+                            role.on_connect(h, configs[h.name])
+            # what the last run of this deploy read: one command per host, at once
+            fact_cache.prefetch(state, [h for h in hosts if h.name in configs])
+            configs, errors = _each(state, hosts, lambda h: _platform(h, configs[h.name]), lost)
+        if not errors:
+            configs, errors = _each(state, hosts, lambda h: _host_checks(h, configs[h.name], roles), lost)
+    finally:
+        logger.removeHandler(causes)
     if errors:
         raise PreflightError("preflight failed, nothing was changed:\n  " + "\n  ".join(errors))
+    for name in sorted(lost):
+        cause = causes.said.get(name) or "the connection failed"
+        logger.error(f"{name}: unreachable during preflight ({cause}); left out of this run, the other hosts go on")
+    state.__dict__["_tritonfleet_lost_hosts"] = set(lost)
     context.store(state, configs)
     return configs
 
@@ -106,6 +150,11 @@ def _validate_all(state) -> dict[str, HostConfig]:
 @deploy("Preflight")
 def preflight() -> None:
     """Validate all hosts' data (OS, instance type, placement, versions, keys) before anything changes."""
-    cfg = validate_all()[host.name]
+    configs = validate_all()
+    if host.name not in configs and host.name in host.state.__dict__.get("_tritonfleet_lost_hosts", ()):
+        # lost during preflight (said once, above): its deploy file ends here; pyinfra runs nothing on a
+        # failed host, and a GreenletExit is how a host's loading greenlet ends without failing the others
+        raise GreenletExit
+    cfg = configs[host.name]
     host.noop(f"{cfg.platform.name if cfg.platform else '?'}, {cfg.instance.name}: "
               f"{len(cfg.triton.placements)} Triton server(s) placed")

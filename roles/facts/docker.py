@@ -11,6 +11,18 @@ from roles.facts import sections
 from tritonfleet import hostcontract as hc
 
 
+# The fields of ``docker inspect`` that hc.container_summary reads, and nothing else: never the container's
+# command line (Path, Args, Config.Cmd, Config.Entrypoint), which carries Triton's arguments and with them the
+# repository secret; a fact's output is printed by `pyinfra -vvv`.
+INSPECT_FORMAT = ('{"Id":{{json .Id}},"Name":{{json .Name}},"Image":{{json .Image}},'
+                  '"RestartCount":{{json .RestartCount}},'
+                  '"State":{"Running":{{json .State.Running}},"Restarting":{{json .State.Restarting}},'
+                  '"Status":{{json .State.Status}},"StartedAt":{{json .State.StartedAt}}},'
+                  '"Config":{"Image":{{json .Config.Image}},"Labels":{{json .Config.Labels}},'
+                  '"Env":{{json .Config.Env}}},'
+                  '"HostConfig":{"Devices":{{json .HostConfig.Devices}}}}')
+
+
 class DockerState(FactBase[dict]):
     """``{"containers": {name: summary}, "images": {ref: {id, labels, tags}}, "records": {name: ServerRecord}}``
     for tritonfleet's Triton containers, the images ``images`` and the server records."""
@@ -24,7 +36,7 @@ class DockerState(FactBase[dict]):
         return (
             f"command -v docker >/dev/null || exit 0; echo '@@containers'; "
             f"ids=$(docker ps -aq --filter {quote(hc.TRITON_FILTER)} 2>/dev/null); "
-            "[ -z \"$ids\" ] || docker inspect $ids 2>/dev/null; "
+            f"[ -z \"$ids\" ] || docker inspect --format {quote(INSPECT_FORMAT)} $ids 2>/dev/null; "
             f"for i in {refs}; do echo \"@@image $i\"; docker image inspect --format '{{{{json .}}}}' \"$i\" 2>/dev/null; done; "
             f"for f in {hc.SERVERS_DIR}/*.json; do [ -f \"$f\" ] || continue; echo \"@@record $f\"; cat \"$f\"; echo; done; true"
         )
@@ -33,9 +45,11 @@ class DockerState(FactBase[dict]):
         out = self.default()
         for key, lines in sections(output).items():
             text = "\n".join(lines).strip()
-            if key == "containers" and text.startswith("["):
-                for c in json.loads(text):
-                    out["containers"][c["Name"].lstrip("/")] = hc.container_summary(c)
+            if key == "containers":
+                for line in lines:  # one JSON object per container (INSPECT_FORMAT)
+                    if line.startswith("{"):
+                        c = json.loads(line)
+                        out["containers"][c["Name"].lstrip("/")] = hc.container_summary(c)
             elif key.startswith("image ") and text.startswith("{"):
                 data = json.loads(text)
                 out["images"][key[6:]] = {"id": data.get("Id"),

@@ -45,8 +45,18 @@ def test_noop_serve_run_stays_within_the_command_budget(sandbox, tmp_path):
 
 
 def test_a_changing_run_masks_the_secret_in_debug_output(sandbox, tmp_path):
-    inv = write_inventory(tmp_path, [HOST], extra={"triton_shm_size": "768m"})
-    run = pyinfra(inv, "--debug", "-vv", "deploys/serve.py")
+    """Issue 20 part 4, as found: `-vvv --debug` prints every command, every fact's output and every
+    script's output; the repository secret appears in none of it, on a changing run and on no-op runs of each
+    deploy that reaches the servers (S3 sync with its header file included)."""
+    secret = fleet.load_state()["repository_secret"]
+    inv = write_inventory(tmp_path, [HOST], extra={"triton_shm_size": "768m"})  # the sandbox's S3 sync
+    run = pyinfra(inv, "--debug", "-vvv", "deploys/serve.py")
     assert run.returncode == 0, run.output[-4000:]
     assert "triton-swap.sh" in run.output and "*MASKED*" in run.output
-    assert fleet.load_state()["repository_secret"] not in run.output
+    assert "@@containers" in run.output  # the facts' output is in the log
+    assert secret not in run.output
+    for deploy in ("serve.py", "models.py", "qa.py", "monitoring.py"):
+        again = pyinfra(inv, "--debug", "-vvv", f"deploys/{deploy}")
+        assert again.returncode == 0, again.output[-4000:]
+        assert secret not in again.output, f"{deploy}: the secret in the -vvv --debug output"
+    assert pyinfra(write_inventory(tmp_path, [HOST]), "deploys/serve.py").returncode == 0
