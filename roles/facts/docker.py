@@ -10,7 +10,6 @@ from pyinfra.api import FactBase
 from roles.facts import sections
 from tritonfleet import hostcontract as hc
 
-
 # The fields of ``docker inspect`` that hc.container_summary reads, and nothing else: never the container's
 # command line (Path, Args, Config.Cmd, Config.Entrypoint), which carries Triton's arguments and with them the
 # repository secret; a fact's output is printed by `pyinfra -vvv`.

@@ -26,7 +26,7 @@ def docker_answer(spec: str, record: hc.ServerRecord) -> list[str]:
                  "Config": {"Image": record.image, "Labels": {hc.LABEL_SPEC: spec, hc.LABEL_ROLE: "triton"}, "Env": []},
                  "State": {"Running": True, "Status": "running", "StartedAt": "2026-11-26T08:00:00Z"},
                  "HostConfig": {"Devices": []}}
-    return ["@@containers", json.dumps([container]), f"@@record {hc.record_path('triton')}", record.to_json()]
+    return ["@@containers", json.dumps(container), f"@@record {hc.record_path('triton')}", record.to_json()]
 
 
 def run(monkeypatch, point: dict, spec: str = "spec-v2", record: hc.ServerRecord = NEW, **extra):
