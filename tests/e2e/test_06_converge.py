@@ -49,7 +49,9 @@ def test_a_changing_run_masks_the_secret_in_debug_output(sandbox, tmp_path):
     script's output; the repository secret appears in none of it, on a changing run and on no-op runs of each
     deploy that reaches the servers (S3 sync with its header file included)."""
     secret = fleet.load_state()["repository_secret"]
-    inv = write_inventory(tmp_path, [HOST], extra={"triton_shm_size": "768m"})  # the sandbox's S3 sync
+    # the sandbox's S3 sync and QA; the QA reports under tmp_path
+    inv = write_inventory(tmp_path, [HOST], extra={"triton_shm_size": "768m",
+                                                   "qa_reports_dir": str(tmp_path / "reports")})
     run = pyinfra(inv, "--debug", "-vvv", "deploys/serve.py")
     assert run.returncode == 0, run.output[-4000:]
     assert "triton-swap.sh" in run.output and "*MASKED*" in run.output

@@ -39,8 +39,9 @@ def cases(d: Path) -> list[tuple[str, list[str]]]:
         ("status: no such inventory", [*TF, "status", "-i", str(d / "missing.py")]),
         ("status: an inventory that does not parse", [*TF, "status", "-i", str(d / "broken_inventory.py")]),
         ("status: bad host data", [*TF, "status", "-i", inv]),
-        ("rollout: no such deploy", [*TF, "rollout", "-i", inv, "--deploy", str(d / "missing.py")]),
-        ("rollout: bad host data", [*TF, "rollout", "-i", inv]),
+        ("rollout: no such deploy", [*TF, "rollout", "-i", inv, "--deploy", str(d / "missing.py"), "--reports",
+                                     str(d / "reports")]),
+        ("rollout: bad host data", [*TF, "rollout", "-i", inv, "--reports", str(d / "reports")]),
         ("qa table: no reports", [*TF, "qa", "table", "--reports", str(d / "empty")]),
         ("monitoring targets: bad host data", [*TF, "monitoring", "targets", "-i", inv, "--out", str(d / "t")]),
         ("fleet list: AWS not reachable", [*TF, "fleet", "list", "--region", "us-east-1"]),
@@ -69,7 +70,7 @@ def test_a_command_fails_in_a_few_lines_without_a_traceback(work, name):
     (cmd,) = [c for n, c in cases(work) if n == name]
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **OFFLINE,
            "PYTHONPATH": str(ROOT), "TERM": "dumb", "COLUMNS": "200"}
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env, timeout=120)  # writes nothing here
     out = proc.stdout + proc.stderr
     assert proc.returncode not in (0, -9), f"{name}: exit {proc.returncode}\n{out[-2000:]}"
     assert "Traceback" not in out, f"{name}:\n{out[-3000:]}"
@@ -87,8 +88,8 @@ def test_a_deploy_with_bad_host_data_fails_in_one_line_without_a_traceback(work,
     inv = work / "fake_inventory.py"
     inv.write_text("hosts = [('@fake/h1', {'instance_type': 'inf2.xlarge', 'docker_ulimit_stack': 0})]\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYINFRA_PROGRESS": "off"}
-    proc = subprocess.run([str(BIN / "pyinfra"), "-y", str(inv), f"deploys/{deploy}"], cwd=ROOT, capture_output=True,
-                          text=True, env=env, timeout=180)
+    proc = subprocess.run([str(BIN / "pyinfra"), "-y", str(inv), str(ROOT / "deploys" / deploy)], cwd=work,
+                          capture_output=True, text=True, env=env, timeout=180)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     assert "Traceback" not in out, f"{deploy}:\n{out[-3000:]}"
