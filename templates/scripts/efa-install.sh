@@ -2,6 +2,8 @@
 # Install EFA with the AWS installer after verifying its detached GPG signature against a pinned key.
 # usage: efa-install.sh INSTALLER_URL SIGNATURE_URL KEY_URL FINGERPRINT
 set -eu
+# include: lib-lock.sh
+tf_lock efa-install.sh
 installer=$1 signature=$2 key=$3 want=$4
 tmp=$(mktemp -d)
 trap 'gpgconf --kill gpg-agent 2>/dev/null; rm -rf "$tmp"' EXIT

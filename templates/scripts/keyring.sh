@@ -3,6 +3,8 @@
 # download holds exactly one key with the expected fingerprint. Nothing is written on a mismatch.
 # usage: keyring.sh SRC_URL DEST FINGERPRINT ARMORED(0|1)
 set -eu
+# include: lib-lock.sh
+tf_lock keyring.sh
 src=$1 dest=$2 want=$3 armored=$4
 umask 022
 tmp=$(mktemp -d)

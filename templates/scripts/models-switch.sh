@@ -7,6 +7,8 @@
 # yet (the first fill of a new host; later switches wait until the server is up).
 # usage: models-switch.sh STAGING LIVE PREVIOUS ONLY_IF_EMPTY
 set -eu
+# include: lib-lock.sh
+tf_lock models-switch.sh
 staging=$1 live=$2 previous=$3 only_if_empty=$4
 mkdir -p "$live"
 if [ "$only_if_empty" = 1 ] && [ -n "$(ls -A "$live")" ]; then

@@ -5,6 +5,8 @@
 # downgrades (pins converge).
 # usage: packages.sh apt|dnf install|remove LOCK_TIMEOUT SPEC...    (SPEC: name, name=pattern, name-pattern)
 set -eu
+# include: lib-lock.sh
+tf_lock packages.sh
 family=$1 action=$2 lock_timeout=$3
 shift 3
 if [ "$family" = dnf ]; then

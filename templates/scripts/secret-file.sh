@@ -3,6 +3,8 @@
 # temporary name, then renamed into place, so it is never readable by others, not even briefly.
 # usage: secret-file.sh PATH
 set -eu
+# include: lib-lock.sh
+tf_lock secret-file.sh
 path=$1
 umask 077
 mkdir -p "$(dirname "$path")"

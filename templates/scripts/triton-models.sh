@@ -8,6 +8,8 @@
 # The server itself must be ready first (it may be starting after a reboot): waited for up to TIMEOUT.
 # usage: triton-models.sh CONTAINER URL TIMEOUT MODELS_DIR STAMP_DIR PREVIOUS MODEL...
 set -u
+# include: lib-lock.sh
+tf_lock triton-models.sh
 name=$1 url=$2 timeout=$3 dir=$4 stamps=$5 previous=$6
 shift 6
 IFS= read -r hdr || true

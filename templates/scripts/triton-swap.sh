@@ -5,6 +5,8 @@
 # fails naming what it rolled back to. Only after a successful gate is the host record (0600) written.
 # usage: triton-swap.sh NAME RECORD_PATH RECORD_JSON URL TIMEOUT MODELS(comma-separated) -- DOCKER_RUN_ARGS... IMAGE COMMAND...
 set -u
+# include: lib-lock.sh
+tf_lock triton-swap.sh
 name=$1 record=$2 body=$3 url=$4 timeout=$5 models=$6
 shift 7
 # include: lib-triton.sh

@@ -6,7 +6,7 @@ import os
 import subprocess
 import time
 
-from tests.e2e.helpers import PYINFRA, ROOT, write_inventory
+from tests.e2e.helpers import PYINFRA, ROOT, ssh, write_inventory
 from tritonfleet.sandbox import fleet
 
 HOSTS = ["inf2", "inf1", "gpu"]
@@ -47,12 +47,13 @@ def test_a_partitioned_host_times_out_and_the_others_finish(sandbox, tmp_path):
 
 def test_a_host_lost_while_preflight_reads_its_facts_is_left_out_and_the_others_go_on(sandbox, tmp_path):
     """Issue 20 part 3, as found: the partition lands while preflight reads the host's facts. It is named
-    unreachable with its cause (not "unsupported OS"), left out, and the other hosts run the deploy. The
-    host's link is slowed (netem, 300 ms) so that its first fact read is still in flight when it is cut."""
+    unreachable with its cause (not "unsupported OS"), left out, and the other hosts run the deploy. To land
+    the partition inside that read every time, the host's /etc/os-release (what the OS fact reads) is a FIFO
+    that blocks the read until the link is down."""
     inv = write_inventory(tmp_path, HOSTS, extra={"connection_keepalive": 2, "connection_dead_after": 10})
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYINFRA_PROGRESS": "off"}
-    veth = fleet.get_host(LOST).veth
-    subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "netem", "delay", "300ms"], check=True)
+    lost = fleet.get_host(LOST)
+    ssh(LOST, "mv /etc/os-release /etc/os-release.tf-e2e && mkfifo -m 644 /etc/os-release")
     proc = subprocess.Popen([PYINFRA, "-y", str(inv), "deploys/neuron.py"], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines: list[str] = []
@@ -62,22 +63,26 @@ def test_a_host_lost_while_preflight_reads_its_facts_is_left_out_and_the_others_
             lines.append(line)
             if sum("Connected" in x for x in lines) == len(HOSTS):
                 break
-        subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+        time.sleep(2)  # the OS fact is read now, and waits on the FIFO
+        subprocess.run(["ip", "link", "set", lost.veth, "down"], check=True)
         partitioned = time.monotonic()
         rest, _ = proc.communicate(timeout=240)
         elapsed = time.monotonic() - partitioned
     finally:
-        subprocess.run(["ip", "link", "set", veth, "up"], check=False)
-        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], check=False)
+        subprocess.run(["ip", "link", "set", lost.veth, "up"], check=False)
         if proc.poll() is None:
             proc.kill()
+        fleet.wait_host(lost)
+        # a writer ends the read still blocked on the FIFO, then the real file goes back
+        ssh(LOST, "timeout 5 sh -c ': > /etc/os-release'; rm -f /etc/os-release; "
+                  "mv /etc/os-release.tf-e2e /etc/os-release")
     output = "".join(lines) + rest
     assert f"{LOST}: unreachable during preflight (" in output, output[-4000:]
     assert "unsupported OS" not in output and "preflight failed" not in output, output[-4000:]
     assert "Traceback" not in output
+    assert proc.returncode != 0
     assert elapsed < 120, f"the run took {elapsed:.0f}s after the partition"
     for other in set(HOSTS) - {LOST}:  # the others ran the deploy
         assert [line for line in output.splitlines() if f"[{other}]" in line and ("Success" in line or
                                                                                  "No changes" in line)], output[-4000:]
         assert not [line for line in output.splitlines() if f"[{other}]" in line and "rror" in line], output[-3000:]
-    fleet.wait_host(fleet.get_host(LOST))

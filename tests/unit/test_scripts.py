@@ -7,18 +7,22 @@ import json
 import os
 import stat
 import subprocess
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from roles.operations.common import script_text as script_body
 
+LOCK_DIR = tempfile.mkdtemp(prefix="tf-lock-")  # this test process's host lock (lib-lock.sh), not the machine's
+
 
 def run(name: str, *args: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     """Run a script the way operations do: its text (includes resolved) through ``sh -c``."""
     return subprocess.run(["sh", "-c", script_body(name), name, *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                          timeout=timeout, env={**os.environ, "TF_LOCK_DIR": LOCK_DIR, **(env or {})})
 
 
 def stub(bin_dir: Path, name: str, body: str) -> None:
@@ -476,3 +480,105 @@ def test_qa_run_over_its_time_fails_and_a_missing_runner_fails(tmp_path):
     assert done.returncode == 1 and "took longer than 1s (qa_timeout)" in done.stderr
     done = run("qa-run.sh", "5", str(tmp_path / "no-such-agent"), "qa", "run")
     assert done.returncode == 127 and "the QA runner failed (exit 127)" in done.stderr
+
+
+# -- lib-lock.sh: one host-wide lock for the scripts that change the host -----------------------------------
+
+def test_a_second_script_waits_for_the_first_and_a_bound_names_the_holder(tmp_path):
+    """A killed run's script still running on the host: the next run's script waits for it, naming it."""
+    lock_dir = tmp_path / "lock"
+    env = {"TF_LOCK_DIR": str(lock_dir), "TF_LOCK_WAIT": "30"}
+    holder = subprocess.Popen(["sh", "-c", script_body("secret-file.sh"), "secret-file.sh", str(tmp_path / "s1")],
+                              stdin=subprocess.PIPE, env={**os.environ, **env}, text=True)
+    try:  # holds the lock while it waits for its standard input
+        for _ in range(100):
+            if (lock_dir / "host.lock.holder").exists():
+                break
+            time.sleep(0.05)
+        assert (lock_dir / "host.lock.holder").read_text().split() == [str(holder.pid), "secret-file.sh"]
+        short = run("secret-file.sh", str(tmp_path / "s2"), env={**env, "TF_LOCK_WAIT": "1"})
+        assert short.returncode == 1 and not (tmp_path / "s2").exists()
+        assert f"ERROR: another tritonfleet script still holds {lock_dir}/host.lock after 1 s: pid {holder.pid} " \
+               f"secret-file.sh" in short.stderr and f"kill {holder.pid})" in short.stderr, short.stderr
+        waiter = subprocess.Popen(["sh", "-c", script_body("secret-file.sh"), "secret-file.sh", str(tmp_path / "s3")],
+                                  stdin=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env}, text=True)
+        time.sleep(1)
+        assert waiter.poll() is None  # waiting
+        holder.communicate("one", timeout=10)
+        _, err = waiter.communicate("two", timeout=30)
+        assert waiter.returncode == 0 and f"pid {holder.pid} secret-file.sh" in err
+        assert (tmp_path / "s1").read_text() == "one" and (tmp_path / "s3").read_text() == "two"
+    finally:
+        for p in (holder,):
+            if p.poll() is None:
+                p.kill()
+
+
+# -- agent-install.sh: atomic, a half-written venv never in use -------------------------------------------
+
+FAKE_PYTHON = """\
+#!/bin/sh
+# a stand-in host python: "-m venv --without-pip DIR" makes DIR/bin/python (itself); as a venv's python,
+# ".../pip install ..." installs a tritonfleet-agent command (after $SLOW seconds); -V says its version
+if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$4/bin" && cp "$0" "$4/bin/python" && exit 0; fi
+case "$1" in
+  */pip) [ -n "${SLOW:-}" ] && sleep "$SLOW"
+         bin=$(dirname "$0"); printf '#!/bin/sh\\nexit 0\\n' > "$bin/tritonfleet-agent"; chmod +x "$bin/tritonfleet-agent";;
+  -V) echo "Python 3.11.2";;
+esac
+"""
+
+
+@pytest.fixture
+def install_env(tmp_path):
+    py = tmp_path / "python3"
+    py.write_text(FAKE_PYTHON)
+    py.chmod(0o755)
+    wh = tmp_path / "wheelhouse"
+    (wh / "pip-24.0-py3-none-any.whl").mkdir(parents=True)
+    return str(py), tmp_path / "opt" / "venv", str(wh)
+
+
+def _install(install_env, digest, **env):
+    py, venv, wh = install_env
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    return run("agent-install.sh", py, str(venv), wh, digest, "tritonfleet-agent==0.1.0", env=env)
+
+
+def test_agent_install_switches_a_symlink_to_a_complete_venv_and_keeps_the_previous_one(install_env):
+    _, venv, _ = install_env
+    assert _install(install_env, "d1").returncode == 0
+    assert os.readlink(venv) == "venvs/d1" and (venv / ".wheelhouse").read_text() == "d1\n"
+    assert _install(install_env, "d2").returncode == 0
+    assert os.readlink(venv) == "venvs/d2"
+    assert _install(install_env, "d3").returncode == 0
+    assert sorted(os.listdir(venv.parent / "venvs")) == ["d2", "d3"]  # d2 kept: an old agent may still run
+
+
+def test_a_killed_install_is_never_the_venv_in_use_and_the_next_one_replaces_it(install_env, tmp_path):
+    py, venv, wh = install_env
+    assert _install(install_env, "d1").returncode == 0
+    killed = subprocess.Popen(["sh", "-c", script_body("agent-install.sh"), "agent-install.sh", py, str(venv), wh,
+                               "d2", "tritonfleet-agent==0.1.0"],
+                              env={**os.environ, "TF_LOCK_DIR": LOCK_DIR, "SLOW": "30"}, start_new_session=True)
+    half = venv.parent / "venvs" / "d2" / "bin" / "python"
+    for _ in range(100):
+        if half.exists():
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.killpg(killed.pid, 9)
+    killed.wait(10)
+    assert os.readlink(venv) == "venvs/d1" and (venv / ".wheelhouse").read_text() == "d1\n"  # still whole
+    assert not (venv.parent / "venvs" / "d2" / ".wheelhouse").exists()  # the half-written one
+    again = _install(install_env, "d2")
+    assert again.returncode == 0, again.stderr
+    assert os.readlink(venv) == "venvs/d2" and (venv / ".wheelhouse").read_text() == "d2\n"
+
+
+def test_agent_install_replaces_the_old_layouts_directory(install_env):
+    _, venv, _ = install_env
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".wheelhouse").write_text("old\n")
+    assert _install(install_env, "d1").returncode == 0
+    assert os.path.islink(venv) and os.readlink(venv) == "venvs/d1" and not (venv.parent / "venv.old").exists()
