@@ -20,6 +20,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles.context import config_for
+from roles.facts.files import FileDigests
 from roles.operations.files import managed_files, secret_file, sync_tree
 from roles.operations.models import model_sync, models_switch
 from roles.operations.qa import daemon_reload, remove_paths
@@ -164,8 +165,10 @@ def _verify_schedule(cfg: HostConfig) -> None:
     ``journalctl -u tritonfleet-models-verify``); without it, no timer."""
     m = cfg.models
     if not m.s3_verify_schedule:
-        services(name="Scheduled model verify stopped", units=[f"{VERIFY_UNIT}.timer"], running=False,
-                 enabled=False)
+        # one fact (the unit files' digests, which remove_paths reads too) on a host that never had a timer
+        if host.get_fact(FileDigests, paths=VERIFY_UNIT_FILES):
+            services(name="Scheduled model verify stopped", units=[f"{VERIFY_UNIT}.timer"], running=False,
+                     enabled=False)
         remove_paths(name="Scheduled model verify removed", paths=list(VERIFY_UNIT_FILES))
         return
     command = " ".join(shlex.quote(c) for c in sync_command(cfg, verify=True))

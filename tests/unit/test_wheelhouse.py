@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from roles.operations.common import script_text
 from tritonfleet import wheelhouse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +49,9 @@ def test_the_build_is_cached_by_the_agent_source(built):
 
 def test_installs_offline_with_the_host_script_and_runs(built, tmp_path):
     venv = tmp_path / "venv"
-    script = (ROOT / "templates/scripts/agent-install.sh").read_text()
-    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}  # no index at all
+    script = script_text("agent-install.sh")  # as operations send it: includes resolved
+    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path),  # no index at all
+           "TF_LOCK_DIR": str(tmp_path / "lock")}
     proc = subprocess.run(["sh", "-c", script, "agent-install.sh", HOST_PYTHON, str(venv), str(built.path),
                            built.digest, f"tritonfleet-agent=={built.version}"], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -74,8 +76,9 @@ def test_the_qa_extra_installs_offline_for_this_python_and_machine(tmp_path):
     built = wheelhouse.build((python, platform.machine()))
     assert any(n.startswith("numpy-") and "manylinux" in n for n in built.wheels())
     venv = tmp_path / "venv"
-    script = (ROOT / "templates/scripts/agent-install.sh").read_text()
-    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}
+    script = script_text("agent-install.sh")
+    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path),
+           "TF_LOCK_DIR": str(tmp_path / "lock")}
     proc = subprocess.run(["sh", "-c", script, "agent-install.sh", sys.executable, str(venv), str(built.path),
                            built.digest, f"tritonfleet-agent[{wheelhouse.qa_extras(python)}]=={built.version}"],
                           capture_output=True, text=True, timeout=600, env=env)
