@@ -86,7 +86,7 @@ def _message(w: Worst, what: str = "") -> str:
 def _diff(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     g, w = got.astype(np.float64), want.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(g - w)
+        diff = np.asarray(np.abs(g - w))  # an array also for 0-d outputs (numpy gives a scalar there)
     diff[np.isnan(diff)] = np.inf  # one side NaN, or infinities of opposite sign
     diff[(g == w) | (np.isnan(g) & np.isnan(w))] = 0.0  # equal infinities, NaN and NaN
     return diff
