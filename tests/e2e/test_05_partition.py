@@ -13,31 +13,35 @@ HOSTS = ["inf2", "inf1", "gpu"]
 LOST = "gpu"
 
 
-def test_a_partitioned_host_times_out_and_the_others_finish(sandbox, tmp_path):
-    inv = write_inventory(tmp_path, HOSTS, extra={"connection_keepalive": 2, "connection_dead_after": 10})
+def _run_cut_after_connect(inv, veth: str, settle: float = 0.0) -> tuple[subprocess.Popen, str, float]:
+    """deploys/neuron.py on HOSTS; once every host is connected (and ``settle`` seconds more), ``veth``'s link
+    goes down. Returns the finished process, its output and the seconds it ran after the cut."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYINFRA_PROGRESS": "off"}
-    veth = fleet.get_host(LOST).veth
     proc = subprocess.Popen([PYINFRA, "-y", str(inv), "deploys/neuron.py"], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines: list[str] = []
-    start = time.monotonic()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # bounded: pyinfra connects within CONNECT_TIMEOUT or fails
             lines.append(line)
             if sum("Connected" in x for x in lines) == len(HOSTS):
                 break
+        time.sleep(settle)
         subprocess.run(["ip", "link", "set", veth, "down"], check=True)
         partitioned = time.monotonic()
         rest, _ = proc.communicate(timeout=240)
-        elapsed = time.monotonic() - partitioned
+        return proc, "".join(lines) + rest, time.monotonic() - partitioned
     finally:
         subprocess.run(["ip", "link", "set", veth, "up"], check=False)
         if proc.poll() is None:
             proc.kill()
-    output = "".join(lines) + rest
+
+
+def test_a_partitioned_host_times_out_and_the_others_finish(sandbox, tmp_path):
+    inv = write_inventory(tmp_path, HOSTS, extra={"connection_keepalive": 2, "connection_dead_after": 10})
+    proc, output, elapsed = _run_cut_after_connect(inv, fleet.get_host(LOST).veth)
     assert proc.returncode != 0, output[-3000:]
-    assert elapsed < 120, f"the run took {elapsed:.0f}s after the partition (start {partitioned - start:.0f}s)"
+    assert elapsed < 120, f"the run took {elapsed:.0f}s after the partition"
     failed = [line for line in output.splitlines() if f"[{LOST}]" in line and ("rror" in line or "ail" in line)]
     assert failed, output[-3000:]
     for other in set(HOSTS) - {LOST}:
@@ -51,32 +55,15 @@ def test_a_host_lost_while_preflight_reads_its_facts_is_left_out_and_the_others_
     the partition inside that read every time, the host's /etc/os-release (what the OS fact reads) is a FIFO
     that blocks the read until the link is down."""
     inv = write_inventory(tmp_path, HOSTS, extra={"connection_keepalive": 2, "connection_dead_after": 10})
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYINFRA_PROGRESS": "off"}
     lost = fleet.get_host(LOST)
     ssh(LOST, "mv /etc/os-release /etc/os-release.tf-e2e && mkfifo -m 644 /etc/os-release")
-    proc = subprocess.Popen([PYINFRA, "-y", str(inv), "deploys/neuron.py"], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # bounded: pyinfra connects within CONNECT_TIMEOUT or fails
-            lines.append(line)
-            if sum("Connected" in x for x in lines) == len(HOSTS):
-                break
-        time.sleep(2)  # the OS fact is read now, and waits on the FIFO
-        subprocess.run(["ip", "link", "set", lost.veth, "down"], check=True)
-        partitioned = time.monotonic()
-        rest, _ = proc.communicate(timeout=240)
-        elapsed = time.monotonic() - partitioned
+    try:  # 2 s after connecting, the OS fact is read, and waits on the FIFO
+        proc, output, elapsed = _run_cut_after_connect(inv, lost.veth, settle=2)
     finally:
-        subprocess.run(["ip", "link", "set", lost.veth, "up"], check=False)
-        if proc.poll() is None:
-            proc.kill()
         fleet.wait_host(lost)
         # a writer ends the read still blocked on the FIFO, then the real file goes back
         ssh(LOST, "timeout 5 sh -c ': > /etc/os-release'; rm -f /etc/os-release; "
                   "mv /etc/os-release.tf-e2e /etc/os-release")
-    output = "".join(lines) + rest
     assert f"{LOST}: unreachable during preflight (" in output, output[-4000:]
     assert "unsupported OS" not in output and "preflight failed" not in output, output[-4000:]
     assert "Traceback" not in output

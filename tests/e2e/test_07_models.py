@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 import time
 import uuid
@@ -17,6 +16,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.e2e.helpers import assert_noop, host_ip, pyinfra, ssh, write_inventory
+from tests.faults import Hang
 from tritonfleet.sandbox import fleet
 from tritonfleet.sandbox.layout import BRIDGE_IP, logs_dir
 
@@ -178,33 +178,6 @@ def test_a_broken_model_fails_the_run_with_tritons_reason_and_the_previous_versi
     assert _container() == before
 
 
-class _Hang:
-    """A TCP server on the sandbox bridge that accepts connections and never answers: an S3 that hangs."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server((BRIDGE_IP, 0), backlog=64)
-        self.sock.settimeout(0.2)
-        self.conns: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-        self.url = f"http://{BRIDGE_IP}:{self.sock.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.conns.append(self.sock.accept()[0])
-            except OSError:
-                continue
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for c in self.conns:
-            c.close()
-        self.sock.close()
-
-
 def test_an_s3_that_hangs_fails_the_run_in_bounded_time_and_the_next_run_is_not_held_up(live, tmp_path):
     """Issue 20 part 1, as found: deploys/models.py against an S3 that accepts connections and never answers.
     The run ends within the timeouts (not minutes), with the agent's one line naming the endpoint and the
@@ -212,7 +185,7 @@ def test_an_s3_that_hangs_fails_the_run_in_bounded_time_and_the_next_run_is_not_
     s3, prefix, inv = live
     _set(s3, prefix, {**_model("add_sub", V2), **_model("steady"), **_model("arriving"), **_model("late")})
     before = ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip()
-    hang = _Hang()
+    hang = Hang(BRIDGE_IP)  # on the bridge: the sandbox host reaches it
     try:
         hung = write_inventory(tmp_path, [HOST], extra={
             "models_s3_uri": f"s3://{fleet.S3_BUCKET}/{prefix.rstrip('/')}", "models_s3_endpoint": hang.url,

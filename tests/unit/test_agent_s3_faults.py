@@ -11,7 +11,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.faults import Hang
 from tests.unit import test_agent_sync as base
 from tritonfleet.agent import layout, sync
 
@@ -28,33 +28,6 @@ AWS_ENV, set_remote = base.AWS_ENV, base.set_remote
 endpoint, s3, bucket = base.endpoint, base.s3, base.bucket  # the moto S3 server and a bucket (fixtures)
 
 AGENT = [sys.executable, "-m", "tritonfleet.agent"]
-
-
-class Hang:
-    """A TCP server on loopback that accepts every connection and never sends a byte."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=64)
-        self.sock.settimeout(0.2)
-        self.conns: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.conns.append(self.sock.accept()[0])
-            except OSError:
-                continue
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for c in self.conns:
-            c.close()
-        self.sock.close()
 
 
 class HangGets:
