@@ -102,26 +102,20 @@ def _stamp(text: str) -> str:
     return text
 
 
-def _seconds_in(lo: float, hi: float):
+def _seconds_in(lo: float, hi: float, above: bool = False):
+    """Seconds from ``lo`` (excluded with ``above``) to ``hi``."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-        if not lo <= value <= hi or value != value:
+        if not (lo < value if above else lo <= value) or not value <= hi:  # NaN fails both
             raise argparse.ArgumentTypeError(f"{text} is not within {lo:g} to {hi:g} seconds")
         return value
     return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text} is not within 0 to 3600 seconds")
-    return value
+_seconds = _seconds_in(0, 3600, above=True)
 
 
 def _qa_arguments(p: argparse.ArgumentParser, run: bool) -> None:
