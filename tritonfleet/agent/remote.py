@@ -166,11 +166,13 @@ def _network(exc: BaseException, remote: Remote | None) -> str | None:
 
     where = remote.endpoint if remote else getattr(exc, "kwargs", {}).get("endpoint_url", "")
     doing = f" while {remote.phase.what}" if remote else ""
-    connect, read = remote.timeouts if remote else ("?", "?")
+    connect, read = remote.timeouts if remote else (None, None)  # unknown without the sync's client
     if isinstance(exc, ReadTimeoutError):
-        return f"S3 at {where} did not answer within {read:g} s (read timeout, {ATTEMPTS} attempts){doing}"
+        within = f" within {read:g} s" if read is not None else ""
+        return f"S3 at {where} did not answer{within} (read timeout, {ATTEMPTS} attempts){doing}"
     if isinstance(exc, ConnectTimeoutError):
-        return f"S3 at {where} did not accept a connection within {connect:g} s ({ATTEMPTS} attempts){doing}"
+        within = f" within {connect:g} s" if connect is not None else ""
+        return f"S3 at {where} did not accept a connection{within} ({ATTEMPTS} attempts){doing}"
     if isinstance(exc, EndpointConnectionError):
         why = re.search(r"\[Errno -?\d+\][^'\"]*", str(getattr(exc, "kwargs", {}).get("error", "")))
         return f"cannot connect to S3 at {where}{f' ({why.group(0).strip()})' if why else ''}{doing}"
