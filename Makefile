@@ -75,7 +75,7 @@ demo: prereqs setup ## Bring up the sandbox and run the main job on it, then pri
 	$(TF) status --inventory $(INVENTORY)
 
 test: prereqs setup ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox's tests on one worker, the rest on another)
-	@rm -f .pytest-exit-code; $(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
+	@rm -f .pytest-exit-code; $(VENV)/bin/pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)" >&2; fi; exit $$rc
 
 test-unit: setup ## Tests that need no root and no sandbox: pure logic and @fake deploys

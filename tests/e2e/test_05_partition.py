@@ -1,4 +1,7 @@
-"""A host that stops answering mid-run is named and failed while the others finish (no hang)."""
+"""A host that stops answering is named and left out while the others finish (no hang).
+
+One test, deterministic: the cut lands while preflight reads the host's facts (the case issue 20 found; the
+earlier test here cut the link right after connecting, which raced with the same reads)."""
 
 from __future__ import annotations
 
@@ -35,18 +38,6 @@ def _run_cut_after_connect(inv, veth: str, settle: float = 0.0) -> tuple[subproc
         subprocess.run(["ip", "link", "set", veth, "up"], check=False)
         if proc.poll() is None:
             proc.kill()
-
-
-def test_a_partitioned_host_times_out_and_the_others_finish(sandbox, tmp_path):
-    inv = write_inventory(tmp_path, HOSTS, extra={"connection_keepalive": 2, "connection_dead_after": 10})
-    proc, output, elapsed = _run_cut_after_connect(inv, fleet.get_host(LOST).veth)
-    assert proc.returncode != 0, output[-3000:]
-    assert elapsed < 120, f"the run took {elapsed:.0f}s after the partition"
-    failed = [line for line in output.splitlines() if f"[{LOST}]" in line and ("rror" in line or "ail" in line)]
-    assert failed, output[-3000:]
-    for other in set(HOSTS) - {LOST}:
-        assert not [line for line in output.splitlines() if f"[{other}]" in line and "rror" in line], output[-3000:]
-    fleet.wait_host(fleet.get_host(LOST))  # reachable again for the tests after this one
 
 
 def test_a_host_lost_while_preflight_reads_its_facts_is_left_out_and_the_others_go_on(sandbox, tmp_path):
