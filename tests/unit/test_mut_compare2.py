@@ -175,3 +175,9 @@ def test_a_scalar_output_is_compared_not_a_crash(cmp):
     assert check_output("S", np.array(0.3), np.array(0.3), cmp).ok is True
     assert check_output("S", np.array(np.nan), np.array(np.nan), cmp).ok is True
     assert check_output("S", np.array(np.nan), np.array(1.0), cmp).ok is False
+
+
+def test_top_k_of_a_scalar_output_fails_saying_it_has_no_classes():
+    """Reachable since scalar outputs no longer crash `_diff` (the two `_topk` survivors that were open)."""
+    check = check_output("S", np.array(0.5), np.array(0.5), Compare(kind="topk", k=1))
+    assert (check.ok, check.worst, check.message) == (False, None, "S: top-1 of an output with 0 classes")
