@@ -257,6 +257,7 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, liv
             result.damaged, result.hashed = damage.files, damage.hashed
             if live:
                 live.repaired = sorted({p.split("/", 1)[0] for p in damage.files if "/" in p})
+            lock.record(bound)  # the check is local disk work (all of it hashed by verify): the bound starts now
         with remote.phase.armed():  # the S3 part: nothing in it changes what current shows
             new = remote.list(opts.bucket, opts.prefix)
             if not new and not opts.allow_empty:
