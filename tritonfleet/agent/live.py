@@ -128,9 +128,10 @@ class Triton:
         if code == 200:
             return None
         try:
-            reason = json.loads(body).get("error") or body
+            doc = json.loads(body)
         except ValueError:
-            reason = body
+            doc = None
+        reason = (doc.get("error") if isinstance(doc, dict) else None) or body  # JSON, but maybe no object
         return f"HTTP {code}: {' '.join(str(reason).split())}"
 
 
