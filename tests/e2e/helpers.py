@@ -6,8 +6,10 @@ import os
 import pprint
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,3 +161,26 @@ def service_active(name: str, unit: str) -> bool:
 
 def host_ip(name: str) -> str:
     return fleet.get_host(name).ip
+
+
+def killed_first_run(inv, marker: str, delay: float) -> str:
+    """``deploys/serve.py`` SIGKILLed (its whole process group) ``delay`` seconds after its output shows the
+    operation ``marker`` starting; its remote commands may go on running on the hosts. Returns its output."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYINFRA_PROGRESS": "off"}
+    proc = subprocess.Popen([PYINFRA, "-y", str(inv), "deploys/serve.py"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + 600
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bounded: the deploy ends, or the deadline below
+            lines.append(line)
+            if "Starting operation:" in line and marker in line:
+                time.sleep(delay)
+                break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    return "".join(lines)

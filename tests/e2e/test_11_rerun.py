@@ -4,56 +4,34 @@ The rerun must succeed: its scripts wait for the killed run's (one host-wide loc
 the agent install never uses, nor is blocked by, a half-written venv. Asserted from outside: the rerun's
 exit code, the container over SSH, Triton answering.
 
-`make test` runs one round (the kill during the agent's install, where it was found). More rounds, at
-several points: `TF_RERUN_ROUNDS=6 .venv/bin/python -m pytest tests/e2e/test_11_rerun.py` (each round a fresh
-host; the kill points cycle through KILL_POINTS)."""
+`make test` runs this once, as the first run of tests/e2e/test_07_models.py's host (the kill during the
+agent's install, where it was found; `killed_first_run` is in tests/e2e/helpers.py). More rounds, at several
+points: `TF_RERUN_ROUNDS=8 .venv/bin/python -m pytest tests/e2e/test_11_rerun.py` (each round a fresh host;
+the kill points cycle through KILL_POINTS)."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
 
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import PYINFRA, ROOT, host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import host_ip, killed_first_run, pyinfra, ssh, write_inventory
 from tritonfleet.sandbox import fleet
 
 HOST = "scratch"
 # (what the first run's output shows, seconds after it) -> the kill
 KILL_POINTS = [("Host agent", 1.0), ("Docker", 2.0), ("Models | Model repository from", 0.5), ("Triton", 3.0)]
-ROUNDS = int(os.environ.get("TF_RERUN_ROUNDS", "1"))
+ROUNDS = int(os.environ.get("TF_RERUN_ROUNDS", "0"))
 
 
-def _killed_first_run(inv, marker: str, delay: float) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYINFRA_PROGRESS": "off"}
-    proc = subprocess.Popen([PYINFRA, "-y", str(inv), "deploys/serve.py"], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    lines: list[str] = []
-    deadline = time.monotonic() + 600
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # bounded: the deploy ends, or the deadline below
-            lines.append(line)
-            if "Starting operation:" in line and marker in line:
-                time.sleep(delay)
-                break
-            if time.monotonic() > deadline:
-                break
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    return "".join(lines)
-
-
+@pytest.mark.allow_skip("on demand (TF_RERUN_ROUNDS=N): make test runs one round in test_07_models.py's fixture")
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_a_rerun_right_after_a_killed_first_run_succeeds(sandbox, tmp_path, round_):
     marker, delay = KILL_POINTS[round_ % len(KILL_POINTS)]
     fleet.reset_host(HOST)
     inv = write_inventory(tmp_path, [HOST])
-    first = _killed_first_run(inv, marker, delay)
+    first = killed_first_run(inv, marker, delay)
     assert "Starting operation:" in first and marker in first, first[-3000:]
     rerun = pyinfra(inv, "deploys/serve.py")  # at once
     assert rerun.returncode == 0, f"killed at {marker!r}+{delay}s; the rerun:\n{rerun.output[-4000:]}"
