@@ -6,74 +6,25 @@ progress it reports and how downloads are checked and retried."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import logging
 import os
 import shutil
-import uuid
 
-import boto3
 import pytest
-from boto3.s3.transfer import TransferConfig
-from moto.server import ThreadedMotoServer
 
+from tests.unit import test_agent_sync as base
 from tritonfleet.agent import sync
 from tritonfleet.agent.layout import Repo
 from tritonfleet.agent.manifest import MANIFEST_NAME, SyncError
 from tritonfleet.agent.sync import Options, Progress, Result, describe, make_client, parse_source, range_size
 
 MiB = 1024 * 1024
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-           "AWS_EC2_METADATA_DISABLED": "true"}
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in AWS_ENV.items():
-            mp.setenv(name, value)
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-            mp.delenv(name, raising=False)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-        server.stop()
-
-
-@pytest.fixture
-def s3(endpoint):
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-
-
-@pytest.fixture
-def bucket(s3):
-    name = f"mut-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=name)
-    return name
-
-
-def put(s3, bucket: str, key: str, data: bytes, part_size: int | None = None) -> None:
-    if part_size:
-        config = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size)
-        s3.upload_fileobj(io.BytesIO(data), bucket, key, Config=config)
-    else:
-        s3.put_object(Bucket=bucket, Key=key, Body=data)
+AWS_ENV, put = base.AWS_ENV, base.put
+endpoint, s3, bucket = base.endpoint, base.s3, base.bucket  # the moto S3 server on loopback and a bucket
 
 
 def set_remote(s3, bucket: str, tree: dict[str, bytes], prefix: str = "repo") -> None:
-    have = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        for obj in page.get("Contents", ()):
-            have[obj["Key"][len(prefix) + 1:]] = obj["ETag"].strip('"')
-    for path, data in tree.items():
-        if have.get(path) != hashlib.md5(data).hexdigest():
-            put(s3, bucket, f"{prefix}/{path}", data)
-    for path in set(have) - set(tree):
-        s3.delete_object(Bucket=bucket, Key=f"{prefix}/{path}")
+    base.set_remote(s3, bucket, prefix, tree)
 
 
 def read_tree(root) -> dict[str, bytes]:
