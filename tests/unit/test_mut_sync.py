@@ -444,43 +444,7 @@ def test_a_multipart_object_of_parts_of_several_sizes(endpoint, s3, bucket, tmp_
 # --- failures ----------------------------------------------------------------------------------------------------
 
 
-class Flipped:
-    def __init__(self, body) -> None:
-        self._body = body
-        self._first = True
-
-    def read(self, amt=None):
-        data = self._body.read(amt)
-        if self._first and data:
-            self._first = False
-            data = bytes([data[0] ^ 0xFF]) + data[1:]
-        return data
-
-    def __getattr__(self, name):
-        return getattr(self._body, name)
-
-
-def corrupt_gets(monkeypatch, suffix: str, times: int) -> dict:
-    state = {"left": times}
-    real = sync.make_client
-
-    def patched(opts):
-        client = real(opts)
-
-        def flip(parsed, model, context, **kwargs):
-            if state["left"] and context.get("tf_key", "").endswith(suffix) and "Body" in parsed:
-                state["left"] -= 1
-                parsed["Body"] = Flipped(parsed["Body"])
-
-        def remember(params, context, **kwargs):
-            context["tf_key"] = params["Key"]
-
-        client.meta.events.register("before-parameter-build.s3.GetObject", remember)
-        client.meta.events.register("after-call.s3.GetObject", flip)
-        return client
-
-    monkeypatch.setattr(sync, "make_client", patched)
-    return state
+corrupt_gets = base.corrupt_gets  # GETs of keys ending in a suffix corrupted, the first n times
 
 
 def test_a_corrupt_download_is_retried(endpoint, s3, bucket, tmp_path, monkeypatch):
