@@ -15,9 +15,10 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from moto import mock_aws
 
+from tritonfleet.agent.fetch import _Fetcher
 from tritonfleet.agent.manifest import Entry, SyncError
 from tritonfleet.agent.remote import Phase
-from tritonfleet.agent.sync import Options, _Fetcher
+from tritonfleet.agent.sync import Options
 from tritonfleet.agent.verify import (
     checksum_matches,
     etag_parts,

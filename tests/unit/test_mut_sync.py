@@ -14,9 +14,10 @@ import pytest
 
 from tests.unit import test_agent_sync as base
 from tritonfleet.agent import sync
+from tritonfleet.agent.fetch import range_size
 from tritonfleet.agent.layout import Repo
 from tritonfleet.agent.manifest import MANIFEST_NAME, SyncError
-from tritonfleet.agent.sync import Options, Progress, Result, describe, make_client, parse_source, range_size
+from tritonfleet.agent.sync import Options, Progress, Result, describe, make_client, parse_source
 
 MiB = 1024 * 1024
 AWS_ENV, put = base.AWS_ENV, base.put
