@@ -27,7 +27,7 @@ TARGET    ?= cpu
 # prometheus: the sandbox's Prometheus (README "Monitoring"; its checks of the dashboards)
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint mutate bench-converge bench-sync bench-qa qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint mutate bench-converge bench-sync bench-qa bench-live qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -50,7 +50,7 @@ help: ## List targets and their variables
 	@echo "  FLEET_ARGS=...       more fleet up options, e.g. '--triton-source-sg sg-... --models-s3-uri s3://...'"
 	@echo "  YES=1                fleet-down: do not ask for confirmation"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
-	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, mutate)"
+	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, bench-live, mutate)"
 	@echo "  VERIFY=1             models: hash every file of the current version against its manifest, repair what differs"
 	@echo "  MODULES=a.py b.py    mutate: these of [tool.mutmut] only_mutate (pyproject.toml) instead of all"
 	@echo "  DIR=$(DIR) TARGET=$(TARGET)   qa-selftest-repo: where the self-test repository goes, and its target"
@@ -159,6 +159,9 @@ bench-sync: setup ## S3 sync: tritonfleet-agent vs aws s3 sync vs s5cmd on one m
 
 bench-qa: setup ## QA runner throughput vs perf_analyzer on the real Triton (CPU); ARGS='--concurrency 9 --protocol http'
 	$(PY) bench/qa.py $(ARGS)
+
+bench-live: setup ## Clients of an unchanged model during live updates: agent loads over gRPC vs HTTP, real Triton (CPU)
+	$(PY) bench/live.py $(ARGS)
 
 qa-selftest-repo: setup ## Write the QA self-test model repository and suites: DIR=... TARGET=cpu|inf1|inf2|trn1|trn2
 	$(PY) -m tritonfleet.genmodel.selftest $(DIR) --target $(TARGET)

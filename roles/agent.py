@@ -1,10 +1,11 @@
 """The host agent (``tritonfleet-agent``, ``tritonfleet/agent/``) in ``/opt/tritonfleet/venv``, for the roles
 that run it on hosts: the S3 model sync (``models_s3_uri``), QA (``qa_suites``, which adds the
-runner's extra: numpy, tritonclient and friends) and monitoring (its Python, with prometheus_client, runs
+runner's extra: numpy, tritonclient and friends; live reloads add the ``live`` extra, tritonclient's gRPC
+client) and monitoring (its Python, with prometheus_client, runs
 neuron-monitor-prometheus.py on Neuron hosts).
 
 Its wheelhouse is built on the controller (``tritonfleet/wheelhouse.py``): pure wheels for every host
-Python, or, with QA, the wheels for this host's Python and machine. It is uploaded and installed with
+Python, or, with QA or live reloads, the wheels for this host's Python and machine. It is uploaded and installed with
 ``pip --no-index`` (hosts need no index), again only when its content hash changes. Preflight checks that
 the host has a Python the agent runs on (3.9 to 3.12) and that the wheelhouse can be built.
 """
@@ -40,13 +41,28 @@ def wanted(cfg: HostConfig) -> tuple[bool, bool]:
     return sync_mode(cfg) or qa, qa
 
 
+def live_reload(cfg: HostConfig) -> bool:
+    """The sync reloads the running servers (explicit model control) through Triton's gRPC repository API:
+    the agent's ``live`` extra (tritonclient[grpc], platform wheels)."""
+    return sync_mode(cfg) and cfg.triton.model_control_mode == "explicit"
+
+
+def platform_wheels(cfg: HostConfig) -> bool:
+    """The wheelhouse is built for this host's Python and machine (QA or live reloads need platform wheels)."""
+    return wanted(cfg)[1] or live_reload(cfg)
+
+
+def extras(cfg: HostConfig, python: str) -> str:
+    """The agent's extras for this host: QA's (which include the gRPC client), else ``live``, else none."""
+    return wheelhouse.qa_extras(python) if wanted(cfg)[1] else "live" if live_reload(cfg) else ""
+
+
 def _state(h, cfg: HostConfig) -> dict:
     return h.get_fact(AgentState, python=cfg.agent.python, venv=hc.AGENT_VENV)
 
 
 def _wheelhouse(cfg: HostConfig, state: dict) -> wheelhouse.Wheelhouse:
-    qa = wanted(cfg)[1]
-    return wheelhouse.build((state["python"], state["machine"]) if qa else None)
+    return wheelhouse.build((state["python"], state["machine"]) if platform_wheels(cfg) else None)
 
 
 def _host_checks(h, cfg: HostConfig) -> None:
@@ -63,9 +79,11 @@ def _check(h, cfg: HostConfig, qa: bool, field: tuple[str, object] | None = None
         raise FieldProblem("agent_python", cfg.agent.python,
                            f"the host agent needs Python {wheelhouse.PYTHONS[0]} to {wheelhouse.PYTHONS[-1]} on "
                            f"the host, and {have} (install one, e.g. python3.11, and set agent_python)")
-    if qa and state["machine"] not in wheelhouse.MACHINES:
-        raise FieldProblem("qa_suites", cfg.qa.suites, f"the QA runner has no wheels for machine "
-                           f"{state['machine']!r} (supported: {', '.join(wheelhouse.MACHINES)})")
+    if platform_wheels(cfg) and state["machine"] not in wheelhouse.MACHINES:
+        what, (name, value) = (("the QA runner", ("qa_suites", cfg.qa.suites)) if qa else
+                               ("live reloads (gRPC)", ("models_s3_uri", cfg.models.s3_uri)))
+        raise FieldProblem(name, value, f"{what} have no wheels for machine {state['machine']!r} "
+                           f"(supported: {', '.join(wheelhouse.MACHINES)})")
     try:
         _wheelhouse(cfg, state)
     except (wheelhouse.WheelhouseError, OSError) as exc:
@@ -107,7 +125,7 @@ def _install(cfg: HostConfig, qa: bool) -> None:
     wh = _wheelhouse(cfg, state)
     if state["installed"] != wh.digest:
         sync_tree(name="Host agent wheelhouse", src=str(wh.path), dest=hc.WHEELHOUSE_DIR, exclude_suffixes=("DONE",))
-    extras = f"[{wheelhouse.qa_extras(state['python'])}]" if qa else ""
-    requirement = f"{wheelhouse.PACKAGE}{extras}=={wh.version}"
+    wanted_extras = extras(cfg, state["python"])
+    requirement = f"{wheelhouse.PACKAGE}{f'[{wanted_extras}]' if wanted_extras else ''}=={wh.version}"
     agent_install(name=f"Host agent ({requirement})", python=cfg.agent.python, venv=hc.AGENT_VENV,
                   wheelhouse=hc.WHEELHOUSE_DIR, digest=wh.digest, requirement=requirement)

@@ -148,7 +148,7 @@ def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:
         cmd += ["--region", m.s3_region]
     if t.model_control_mode == "explicit":  # poll mode reloads by itself; none cannot reload
         for p in t.placements:
-            cmd += ["--server", f"{p.name}={p.local_url}"]
+            cmd += ["--server", f"{p.name}={p.local_grpc_url}"]  # over HTTP a load holds up HTTP clients
         if repository_header(cfg):
             cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
     if cfg.imds_endpoint != DEFAULT_IMDS:  # credentials from the instance profile at another IMDS address

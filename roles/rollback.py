@@ -98,7 +98,7 @@ def rollback() -> None:
         cmd = [hc.AGENT, "switch", "--dest", cfg.models.dir, "--to", point.models_version,
                "--timeout", str(t.health_timeout)]
         if t.model_control_mode == "explicit":
-            cmd += [a for p in t.placements for a in ("--server", f"{p.name}={p.local_url}")]
+            cmd += [a for p in t.placements for a in ("--server", f"{p.name}={p.local_grpc_url}")]
             if models_role.repository_header(cfg):
                 cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
         model_switch(name=f"Model repository back to {point.models_version}", dest=cfg.models.dir,

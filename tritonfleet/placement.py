@@ -107,6 +107,12 @@ class Placement:
         return f"http://{host}:{self.http_port}"
 
     @property
+    def local_grpc_url(self) -> str:
+        """The server's gRPC endpoint as the host itself reaches it (the agent's live reloads use it)."""
+        host = f"[{self.local_address}]" if ":" in self.local_address else self.local_address
+        return f"grpc://{host}:{self.grpc_port}"
+
+    @property
     def ports(self) -> dict[str, int]:
         """``{"http_port": …, "grpc_port": …, "metrics_port": …}``."""
         return {"http_port": self.http_port, "grpc_port": self.grpc_port, "metrics_port": self.metrics_port}

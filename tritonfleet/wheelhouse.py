@@ -37,6 +37,9 @@ PYTHONS = ("3.9", "3.10", "3.11", "3.12")
 REQUIREMENTS = ("boto3>=1.34,<2", "prometheus-client>=0.17,<1")
 #: The QA runner's extra (``tritonfleet-agent[qa]``): platform wheels, so built per host Python and machine.
 QA_REQUIREMENTS = ("numpy>=1.21,<2", "tritonclient[grpc]==2.51.*", "PyYAML>=5.4", "pydantic>=2.7,<3")
+#: ``[live]``: the gRPC client the sync's live reloads use (Triton's gRPC repository API: a load over HTTP holds
+#: up the server's HTTP clients). QA's extra has it too.
+LIVE_REQUIREMENTS = ("tritonclient[grpc]==2.51.*",)
 #: ``[qa-http]``: tritonclient's HTTP client, whose geventhttpclient pin has no wheels past Python 3.11 (pip
 #: cannot pick this by a marker for another Python, so the extra is chosen per host Python: :func:`qa_extras`).
 QA_HTTP_REQUIREMENTS = ("tritonclient[http]==2.51.*",)
@@ -77,7 +80,8 @@ def _sources() -> dict[str, bytes]:
 
 
 def _key(sources: dict[str, bytes], qa_for: tuple[str, str] | None = None) -> str:
-    h = hashlib.sha256(f"{RECIPE}\n{PYTHONS}\n{REQUIREMENTS}\n{QA_REQUIREMENTS}\n{QA_HTTP_REQUIREMENTS}\n".encode())
+    h = hashlib.sha256(f"{RECIPE}\n{PYTHONS}\n{REQUIREMENTS}\n{QA_REQUIREMENTS}\n{QA_HTTP_REQUIREMENTS}\n"
+                      f"{LIVE_REQUIREMENTS}\n".encode())
     if qa_for:
         h.update(f"qa {qa_for[0]} {qa_for[1]}\n".encode())
     for name, data in sorted(sources.items()):
@@ -115,15 +119,16 @@ def _build_into(out: Path, sources: dict[str, bytes], version: str, qa_for: tupl
         (src / "pyproject.toml").write_text(render("agent/pyproject.toml.j2", version=version,
                                                    python_min=PYTHONS[0], requirements=REQUIREMENTS,
                                                    qa_requirements=QA_REQUIREMENTS,
-                                                   qa_http_requirements=QA_HTTP_REQUIREMENTS))
+                                                   qa_http_requirements=QA_HTTP_REQUIREMENTS,
+                                                   live_requirements=LIVE_REQUIREMENTS))
         isolation = [] if _has_setuptools() else ["--use-pep517"]
         no_isolation = ["--no-build-isolation"] if not isolation else []
         _pip("wheel", "--quiet", "--no-deps", *no_isolation, *isolation, "--wheel-dir", str(out), str(src))
-    if qa_for:  # one host Python and machine: the agent with its QA extra, platform wheels included
+    if qa_for:  # one host Python and machine: the agent with its QA extra (live's too), platform wheels included
         python, machine = qa_for
         platforms = [a for p in MACHINES[machine] for a in ("--platform", p)]
         _pip("download", "--quiet", "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
-             *platforms, "--dest", str(out), "--find-links", str(out), f"{PACKAGE}[{qa_extras(python)}]=={version}",
+             *platforms, "--dest", str(out), "--find-links", str(out), f"{PACKAGE}[{qa_extras(python)},live]=={version}",
              "pip")
         return
     # The oldest Python first, then the others from what it got when that satisfies them (one boto3 for all

@@ -227,10 +227,12 @@ def tf_vars(name: str, data: dict[str, Any]) -> dict[str, Any]:
     if need_agent:
         # With QA the wheelhouse is resolved for one host Python and machine (roles/agent.py asks the host;
         # here they are the platform's Python and the controller's machine, and the playbook checks the host).
-        qa_for = (NAMES_FROM.python, os.uname().machine) if qa else None
+        platform = getattr(agent_role, "platform_wheels", lambda _cfg: qa)(cfg)  # QA, or live reloads (gRPC)
+        qa_for = (NAMES_FROM.python, os.uname().machine) if platform else None
         wh = wheelhouse.build(qa_for)
-        # the extras roles/agent.py asks for (per host Python where wheelhouse.qa_extras exists)
-        extras = getattr(wheelhouse, "qa_extras", lambda _python: "qa")(qa_for[0]) if qa_for else ""
+        # the extras roles/agent.py asks for (older checkouts: QA's, per host Python where qa_extras exists)
+        extras = getattr(agent_role, "extras", None)(cfg, qa_for[0]) if qa_for and hasattr(agent_role, "extras") \
+            else getattr(wheelhouse, "qa_extras", lambda _python: "qa")(qa_for[0]) if qa_for else ""
         out["agent"].update({
             "python": cfg.agent.python, "pythons": list(wheelhouse.PYTHONS), "venv": hc.AGENT_VENV,
             "qa_for": list(qa_for) if qa_for else None,

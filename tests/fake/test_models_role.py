@@ -23,8 +23,9 @@ def small_wheelhouse(monkeypatch, tmp_path):
     """A stand-in for the controller's wheelhouse (the real build is tested in tests/unit/test_wheelhouse)."""
     (tmp_path / "tritonfleet_agent-0.1.0+t-py3-none-any.whl").write_bytes(b"wheel")
     built = wheelhouse.Wheelhouse(tmp_path, "d" * 64, "0.1.0+t")
-    monkeypatch.setattr(wheelhouse, "build", lambda qa_for=None: built)
-    return built
+    asked: list = []  # what each build was asked for: None (pure wheels) or (host Python, machine)
+    monkeypatch.setattr(wheelhouse, "build", lambda qa_for=None: asked.append(qa_for) or built)
+    return asked
 
 
 def sync_lines(rec) -> list[str]:
@@ -32,17 +33,19 @@ def sync_lines(rec) -> list[str]:
 
 
 @pytest.mark.parametrize("os_key", PLATFORMS)
-def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(monkeypatch, os_key):
+def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(monkeypatch, os_key, small_wheelhouse):
     rec = run_deploys(SERVE_DEPLOY, S3, os_key, monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
     assert "/opt/tritonfleet/wheelhouse/tritonfleet_agent-0.1.0+t-py3-none-any.whl" in rec.uploads
+    # live reloads go over gRPC: the agent's live extra, from a wheelhouse for the host's Python and machine
+    assert set(small_wheelhouse) == {("3.11", "x86_64")}
     install = [c for c in rec.commands if "agent-install.sh" in c]
     assert len(install) == 1 and install[0].endswith(f"python3 /opt/tritonfleet/venv /opt/tritonfleet/wheelhouse "
-                                                       f"{'d' * 64} tritonfleet-agent==0.1.0+t")
+                                                       f"{'d' * 64} 'tritonfleet-agent[live]==0.1.0+t'")
     (sync,) = sync_lines(rec)
     assert sync == ("/opt/tritonfleet/venv/bin/tritonfleet-agent sync --source s3://models-bucket/prod --dest "
                     "/opt/tritonfleet/models --concurrency 16 --keep 3 --timeout 180 --connect-timeout 5 "
                     "--read-timeout 30 --deadline 1800 --lock-wait 60 --region eu-west-1 "
-                    "--server triton=http://127.0.0.1:8000 --header-file /etc/tritonfleet/repository-header")
+                    "--server triton=grpc://127.0.0.1:8001 --header-file /etc/tritonfleet/repository-header")
     header = [c for c in rec.commands if "secret-file.sh" in c]
     assert len(header) == 1 and header[0].endswith("/etc/tritonfleet/repository-header")
     assert not any(SECRET in c and "tritonserver" not in c for c in rec.commands)  # stdin only
@@ -56,9 +59,11 @@ def test_an_installed_agent_is_not_reinstalled_or_uploaded_again(monkeypatch):
     assert not rec.uploads and not any("agent-install.sh" in c for c in rec.commands)
 
 
-def test_a_non_default_imds_reaches_the_agent_and_poll_mode_names_no_server(monkeypatch):
+def test_a_non_default_imds_reaches_the_agent_and_poll_mode_names_no_server(monkeypatch, small_wheelhouse):
     data = {**S3, "imds_endpoint": "http://10.0.0.1:8081", "triton_model_control_mode": "poll"}
     rec = run_deploys([agent, models], data, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
+    assert set(small_wheelhouse) == {None}  # no reloads: pure wheels, no extra
+    assert any(c.endswith(f"{'d' * 64} tritonfleet-agent==0.1.0+t") for c in rec.commands if "agent-install.sh" in c)
     (sync,) = sync_lines(rec)
     assert sync.startswith("/usr/bin/env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://10.0.0.1:8081 /opt/tritonfleet/venv/")
     assert "--server" not in sync and "--header-file" not in sync

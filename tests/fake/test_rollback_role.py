@@ -62,7 +62,7 @@ def test_models_are_switched_back_through_the_agent(monkeypatch):
     rec = run(monkeypatch, {"servers": {}, "models_version": "000003-20261126T080000Z"},
               models_s3_uri="s3://model-bucket/prod")
     (switch,) = [c for c in rec.commands if "tritonfleet-agent switch" in c and "readlink" not in c]
-    assert "--to 000003-20261126T080000Z" in switch and "--server triton=http://127.0.0.1:8000" in switch
+    assert "--to 000003-20261126T080000Z" in switch and "--server triton=grpc://127.0.0.1:8001" in switch
 
 
 @pytest.mark.parametrize("point,message", [

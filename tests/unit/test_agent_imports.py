@@ -69,13 +69,20 @@ def test_sync_modules_import_only_the_standard_library_boto3_and_the_agent(path)
         top = name.split(".")[0]
         if top == "tritonfleet":
             assert name == "tritonfleet.agent" or name.startswith("tritonfleet.agent."), f"{path.name}: {name}"
+        elif top == "tritonclient":  # the live extra's gRPC client: live reloads only
+            assert path.name == "live.py", f"{path.name} imports {name}"
         else:
             assert top in sys.stdlib_module_names or top in SYNC_THIRD_PARTY or top == "__future__", \
                 f"{path.name} imports {name}"
-    # the QA runner (and its dependencies) only inside the functions that run it
+    # the QA runner (and its dependencies) and the live extra's client only inside the functions that use them
     for node in tree.body:
         for _, name, level in _imports(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ():
             assert not (level == 1 and name.split(".")[0] == "qa"), f"{path.name}:{node.lineno}: module-level qa"
+            assert name.split(".")[0] != "tritonclient", f"{path.name}:{node.lineno}: module-level {name}"
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):  # nor in a class body
+        for node in cls.body:
+            for _, name, _level in _imports(node) if not isinstance(node, ast.FunctionDef) else ():
+                assert name.split(".")[0] != "tritonclient", f"{path.name}:{node.lineno}: class-level {name}"
 
 
 @pytest.mark.parametrize("path", QA_MODULES, ids=_name)

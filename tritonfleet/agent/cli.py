@@ -66,9 +66,14 @@ def _region(text: str) -> str:
 def _server(text: str) -> tuple[str, str]:
     name, sep, url = text.partition("=")
     parts = urlsplit(url)
-    if not sep or not re.match(r"^[A-Za-z0-9_.-]+$", name) or parts.scheme not in ("http", "https") \
-            or not parts.netloc or parts.username or parts.password:
-        raise argparse.ArgumentTypeError(f"expected NAME=http://HOST:PORT, got {text!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not sep or not re.match(r"^[A-Za-z0-9_.-]+$", name) or parts.scheme not in ("grpc", "http", "https") \
+            or not parts.netloc or parts.username or parts.password \
+            or (parts.scheme == "grpc" and (port is None or parts.path.strip("/") or parts.query)):
+        raise argparse.ArgumentTypeError(f"expected NAME=grpc://HOST:PORT (or NAME=http://HOST:PORT), got {text!r}")
     return name, url.rstrip("/")
 
 
@@ -180,7 +185,8 @@ def _sync_arguments(sync: argparse.ArgumentParser) -> None:
     sync.add_argument("--no-fsync", action="store_true", help="skip the fsyncs")
     sync.add_argument("--json", action="store_true", help="one JSON object on stdout")
     sync.add_argument("--server", action="append", default=[], type=_server, metavar="NAME=URL",
-                      help="a Triton server (explicit model control) to reload after the switch; repeatable")
+                      help="a Triton server (explicit model control) to reload after the switch: grpc://HOST:PORT "
+                      "(over HTTP a load holds up the server's other HTTP clients); repeatable")
     sync.add_argument("--header-file", metavar="FILE",
                       help="the restricted-API header for the servers, one line 'name: value' (mode 0600)")
     sync.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
@@ -219,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     switch.add_argument("--dest", required=True, metavar="DIR", help="the repository root on the host")
     switch.add_argument("--to", required=True, metavar="VERSION", help="a version id under DIR/versions")
     switch.add_argument("--server", action="append", default=[], type=_server, metavar="NAME=URL",
-                        help="a Triton server (explicit model control) to reload; repeatable")
+                        help="a Triton server (explicit model control) to reload: grpc://HOST:PORT (or http://); "
+                        "repeatable")
     switch.add_argument("--header-file", metavar="FILE", help="the restricted-API header, 'name: value' (0600)")
     switch.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
                         help="seconds to wait for a server to be ready, and for each model load (default 180)")

@@ -6,8 +6,8 @@ A sync given servers (``--server NAME=URL``, explicit model-control mode) does, 
    server that refuses connections is not running and loads ``current`` when it starts, so it is skipped.
    Then ``DIR/.reload-pending.json`` records the version the servers serve (``served``).
 2. After the switch: each server loads the models added or changed between ``served`` and ``current``
-   (``POST /v2/repository/models/<m>/load``); models that left the repository are unloaded. Unchanged
-   models are not touched. Then the pending record is removed.
+   (Triton's repository API: ``RepositoryModelLoad``); models that left the repository are unloaded.
+   Unchanged models are not touched. Then the pending record is removed.
 3. A model that fails to load: Triton keeps serving the version it had, and ``current`` is switched back to
    ``served``; the models that had loaded the new version on any server are loaded again from ``served``
    (added ones unloaded), so every server serves ``served`` and the disk says so. The sync fails with
@@ -15,6 +15,12 @@ A sync given servers (``--server NAME=URL``, explicit model-control mode) does, 
 
 A sync killed between switch and reload leaves the pending record: the next run (even one with nothing
 new in S3) reloads from ``served`` to ``current`` first. ``--dry-run`` reports a pending reload.
+
+A server is ``grpc://HOST:PORT`` (what the models role passes) or ``http://HOST:PORT``. Over gRPC
+(tritonclient, the agent's ``live`` extra) a load holds up nobody; over HTTP, Triton 2.51 holds up the HTTP
+requests of other clients, to models the load does not touch, for the whole load (measured in
+tests/genmodel/test_live_reload_triton.py, README "Model repositories"), so HTTP is for servers without a
+reachable gRPC port only.
 
 The restricted-API header comes from a root-only file (``--header-file``, one line ``name: value``, mode
 0600); it is never an argument, never logged and never in the JSON output.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -135,11 +142,63 @@ class Triton:
         return f"HTTP {code}: {' '.join(str(reason).split())}"
 
 
+class GrpcTriton(Triton):
+    """The same calls over gRPC (``grpc://HOST:PORT``). The header travels as gRPC metadata, whose keys are
+    lowercase. "down" is a refused TCP connection to the port, as over HTTP."""
+
+    def __init__(self, server: Server, header: tuple[str, str] | None, timeout: float) -> None:
+        super().__init__(server, header, timeout)
+        try:
+            from tritonclient.grpc import InferenceServerClient
+        except ImportError:
+            raise SyncError(f"server {server.name} ({server.url}): the agent has no gRPC client (its 'live' "
+                            "extra: tritonclient[grpc]); install tritonfleet-agent[live], or give an http:// URL") from None
+        self.address = server.url.split("://", 1)[1].rstrip("/")
+        self.headers = {header[0].lower(): header[1]} if header else None
+        self.client = InferenceServerClient(self.address)
+
+    def state(self) -> str:
+        host, _, port = self.address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+        except ConnectionRefusedError:
+            return "down"
+        except (OSError, ValueError):
+            return "starting"
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            return "ready" if self.client.is_server_ready(headers=self.headers, client_timeout=5) else "starting"
+        except InferenceServerException:
+            return "starting"
+
+    def load(self, model: str) -> str | None:
+        return self._call_grpc(self.client.load_model, model)
+
+    def unload(self, model: str) -> str | None:
+        return self._call_grpc(self.client.unload_model, model)
+
+    def _call_grpc(self, call, model: str) -> str | None:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            call(model, headers=self.headers, client_timeout=self.call_timeout)
+        except InferenceServerException as exc:
+            status = str(exc.status() or "").removeprefix("StatusCode.")
+            return f"gRPC {status or 'error'}: {' '.join(str(exc.message()).split())}"
+        return None
+
+
+def client_for(server: Server, header: tuple[str, str] | None, timeout: float) -> Triton:
+    """The client for a server's URL: gRPC for ``grpc://``, HTTP for ``http(s)://``."""
+    return (GrpcTriton if server.url.startswith("grpc://") else Triton)(server, header, timeout)
+
+
 class Live:
     """The reload half of a sync (see the module docstring); called by ``sync`` under the lock."""
 
     def __init__(self, servers: list[Server], header: tuple[str, str] | None, timeout: float) -> None:
-        self.clients = [Triton(s, header, timeout) for s in servers]
+        self.clients = [client_for(s, header, timeout) for s in servers]
         self.running: list[Triton] = []
         self.outcome = Outcome()
         self.repaired: list[str] = []  # models whose damaged files the new version puts right: loaded again
