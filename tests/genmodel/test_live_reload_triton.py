@@ -70,8 +70,20 @@ def model(name: str, code: int, config: int | None = None) -> dict[str, bytes]:
             f"{name}/1/model.py": MODEL_PY.format(release=code).encode()}
 
 
+HEADER = ("x-repo-key", "genmodel-repository-key-0123")  # lowercase, as roles/triton.py requires (gRPC)
+
+
+def header_file(tmp_path: Path) -> Path:
+    """The agent's ``--header-file`` for HEADER (mode 0600)."""
+    path = tmp_path / "repository-header"
+    path.write_text(f"{HEADER[0]}: {HEADER[1]}\n")
+    path.chmod(0o600)
+    return path
+
+
 class ExplicitTriton(TritonServer):
-    """The harness's server in explicit model-control mode, every model of the repository loaded at start."""
+    """The harness's server in explicit model-control mode, every model of the repository loaded at start,
+    the model-repository API restricted to HEADER on both protocols (as roles/triton.py runs it)."""
 
     def start(self, timeout: float = 120.0) -> None:
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
@@ -82,7 +94,8 @@ class ExplicitTriton(TritonServer):
                 "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
                 "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
                 "--allow-gpu-metrics=false", "--model-control-mode=explicit", "--load-model=*", "--log-verbose=0",
-                "--exit-timeout-secs=5"]
+                "--exit-timeout-secs=5", f"--http-restricted-api=model-repository:{HEADER[0]}={HEADER[1]}",
+                f"--grpc-restricted-protocol=model-repository:{HEADER[0]}={HEADER[1]}"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.layout.env,
                                          start_new_session=True, cwd=self.layout.root)
@@ -135,7 +148,7 @@ def fleet(triton_layout, endpoint, s3, bucket, tmp_path, capsys):  # noqa: F811 
         extra = []
         if with_server:
             url = servers[0].grpc_endpoint if via == "grpc" else servers[0].url
-            extra = ["--server", f"triton={url}", "--timeout", "60"]
+            extra = ["--server", f"triton={url}", "--timeout", "60", "--header-file", str(header_file(tmp_path))]
         return agent(capsys, *sync_args(endpoint, bucket, dest, *extra))
 
     def start(tree: dict[str, bytes]) -> tuple[ExplicitTriton, str]:
@@ -148,7 +161,7 @@ def fleet(triton_layout, endpoint, s3, bucket, tmp_path, capsys):  # noqa: F811 
 
     def switch(version: str):
         return agent(capsys, "switch", "--dest", str(dest), "--to", version, "--server",
-                     f"triton={servers[0].grpc_endpoint}", "--timeout", "60")
+                     f"triton={servers[0].grpc_endpoint}", "--timeout", "60", "--header-file", str(header_file(tmp_path)))
 
     try:
         yield start, sync, switch, dest
@@ -266,7 +279,8 @@ def test_a_live_update_holds_up_no_client_of_an_unchanged_model(fleet, tmp_path,
 
     def update(i: int) -> None:  # the agent as on a host: a process of its own
         cmd = [sys.executable, "-m", "tritonfleet.agent",
-               *sync_args(endpoint, bucket, dest, "--server", f"triton={server.grpc_endpoint}", "--timeout", "60")]
+               *sync_args(endpoint, bucket, dest, "--server", f"triton={server.grpc_endpoint}", "--timeout", "60",
+                          "--header-file", str(header_file(tmp_path)))]
         began = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **AWS_ENV})
         loads.append(time.monotonic() - began)
@@ -290,5 +304,6 @@ def _load_seconds(server: ExplicitTriton) -> float:
     for root, _dirs, _files in os.walk(server.repository / "moving"):
         os.utime(root)
     began = time.monotonic()
-    grpcclient.InferenceServerClient(server.grpc_url).load_model("moving", client_timeout=60)
+    grpcclient.InferenceServerClient(server.grpc_url).load_model(
+        "moving", headers={f"triton-grpc-protocol-{HEADER[0].lower()}": HEADER[1]}, client_timeout=60)
     return time.monotonic() - began

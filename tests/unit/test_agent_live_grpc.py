@@ -43,8 +43,9 @@ class GrpcTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
     def _restricted(self, action: str, model: str, context) -> None:
         metadata = dict(context.invocation_metadata())
         self.calls.append((action, model, metadata))
-        if metadata.get("x-key") != SECRET:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "This API is restricted, expecting header 'x-key'")
+        if metadata.get("triton-grpc-protocol-x-key") != SECRET:  # Triton 2.51's check and message
+            context.abort(grpc.StatusCode.UNAVAILABLE,
+                          "This protocol is restricted, expecting header 'triton-grpc-protocol-x-key'")
 
     def ServerReady(self, request, context):  # noqa: N802
         return service_pb2.ServerReadyResponse(ready=True)
@@ -96,7 +97,7 @@ def test_loads_and_unloads_go_over_grpc_with_the_header_as_metadata(setup):
     assert code == 0, err
     assert triton.actions() == ["arriving:load", "changing:load", "leaving:unload"]
     assert triton.loaded == {"steady": b"one", "changing": b"v2", "arriving": b"hi"}
-    assert all(meta.get("x-key") == SECRET for *_, meta in triton.calls)
+    assert all(meta.get("triton-grpc-protocol-x-key") == SECRET for *_, meta in triton.calls)
     assert out["reload"]["loaded"] == ["arriving", "changing"] and out["reload"]["unloaded"] == ["leaving"]
     assert SECRET not in str(out) + err
 
@@ -126,7 +127,7 @@ def test_the_url_scheme_picks_the_client():
     grpc_client = live.client_for(live.Server("a", "grpc://127.0.0.1:8001"), ("X-Key", "v"), 5)
     http_client = live.client_for(live.Server("b", "http://127.0.0.1:8000"), ("X-Key", "v"), 5)
     assert type(grpc_client) is live.GrpcTriton and grpc_client.address == "127.0.0.1:8001"
-    assert grpc_client.headers == {"x-key": "v"}
+    assert grpc_client.headers == {"triton-grpc-protocol-x-key": "v"}
     assert type(http_client) is live.Triton
 
 

@@ -40,6 +40,7 @@ from .layout import Repo
 from .manifest import SyncError, diff, model_changes
 
 PENDING = ".reload-pending.json"
+GRPC_PREFIX = "triton-grpc-protocol-"  # Triton's prefix for the restricted-protocol header over gRPC
 
 
 @dataclass
@@ -143,8 +144,9 @@ class Triton:
 
 
 class GrpcTriton(Triton):
-    """The same calls over gRPC (``grpc://HOST:PORT``). The header travels as gRPC metadata, whose keys are
-    lowercase. "down" is a refused TCP connection to the port, as over HTTP."""
+    """The same calls over gRPC (``grpc://HOST:PORT``). The header travels as gRPC metadata: Triton wants the
+    key ``triton-grpc-protocol-<name>`` for ``--grpc-restricted-protocol=...:<name>=<value>`` (gRPC metadata keys
+    are lowercase). "down" is a refused TCP connection to the port, as over HTTP."""
 
     def __init__(self, server: Server, header: tuple[str, str] | None, timeout: float) -> None:
         super().__init__(server, header, timeout)
@@ -154,7 +156,7 @@ class GrpcTriton(Triton):
             raise SyncError(f"server {server.name} ({server.url}): the agent has no gRPC client (its 'live' "
                             "extra: tritonclient[grpc]); install tritonfleet-agent[live], or give an http:// URL") from None
         self.address = server.url.split("://", 1)[1].rstrip("/")
-        self.headers = {header[0].lower(): header[1]} if header else None
+        self.headers = {f"{GRPC_PREFIX}{header[0].lower()}": header[1]} if header else None
         self.client = InferenceServerClient(self.address)
 
     def state(self) -> str:
