@@ -30,14 +30,15 @@ def step(name: str) -> None:
 
 def wrap_call(action: str):
     def wrapper(self, model: str):
-        step(f"before:{action}:{model}")
-        during = f"during:{action}:{model}"
+        where = f"{model}@{self.server.name}"
+        step(f"before:{action}:{where}")
+        during = f"during:{action}:{where}"
         if KILL_AT == during:  # send it, let Triton work on it, then die with the request in flight
             threading.Thread(target=original[action], args=(self, model), daemon=True).start()
             time.sleep(0.3)
         step(during)
         reason = original[action](self, model)
-        step(f"after:{action}:{model}")
+        step(f"after:{action}:{where}")
         return reason
     return wrapper
 
