@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import threading
 from concurrent import futures
 
 import grpc
@@ -30,8 +31,9 @@ from tritonfleet.agent.manifest import SyncError
 
 
 class GrpcTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, repo) -> None:
+    def __init__(self, repo, together: threading.Barrier | None = None) -> None:
         self.repo = repo
+        self.together = together  # loads wait here for the other server's load of the same model
         self.loaded: dict[str, bytes] = {}
         self.calls: list[tuple[str, str, dict]] = []  # (action, model, metadata)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -56,6 +58,11 @@ class GrpcTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
             data = (self.repo / request.model_name / "1" / "model.py").read_bytes()
         except OSError:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"failed to load '{request.model_name}', no version")
+        if self.together:
+            try:
+                self.together.wait()
+            except threading.BrokenBarrierError:
+                context.abort(grpc.StatusCode.INTERNAL, "the other server was not asked meanwhile")
         if b"broken" in data:
             context.abort(grpc.StatusCode.INTERNAL,
                           f"load failed for model '{request.model_name}':\n  SyntaxError in model.py")
@@ -150,3 +157,27 @@ def test_server_urls_accepted(text):
 def test_server_urls_refused(text):
     with pytest.raises(argparse.ArgumentTypeError, match="expected NAME=grpc://HOST:PORT"):
         _server(text)
+
+
+def test_a_model_is_loaded_on_all_the_hosts_servers_at_once(endpoint, s3, bucket, tmp_path, capsys):  # noqa: F811
+    """Two servers whose loads each wait (5 s at most) until the other server is loading the same model: a
+    sequential agent would fail; the agent asks all servers at once, so both load and the run succeeds."""
+    dest = tmp_path / "models"
+    together = threading.Barrier(2, timeout=5)
+    servers = [GrpcTriton(dest / "current", together) for _ in range(2)]
+    try:
+        set_remote(s3, bucket, "repo", V1)
+        assert agent(capsys, *sync_args(endpoint, bucket, dest))[0] == 0
+        set_remote(s3, bucket, "repo", V2)
+        header = tmp_path / "header"
+        header.write_text(f"x-key: {SECRET}\n")
+        header.chmod(0o600)
+        args = [a for i, t in enumerate(servers) for a in ("--server", f"t{i}={t.url}")]
+        code, out, err = agent(capsys, *sync_args(endpoint, bucket, dest, *args, "--header-file", str(header),
+                                                  "--timeout", "5"))
+        assert code == 0, err
+        assert all(t.loaded.get("arriving") == b"hi" and t.loaded.get("changing") == b"v2" for t in servers)
+        assert out["reload"]["servers"] == ["t0", "t1"] and out["reload"]["loaded"] == ["arriving", "changing"]
+    finally:
+        for t in servers:
+            t.server.stop(0)

@@ -16,6 +16,15 @@ A sync given servers (``--server NAME=URL``, explicit model-control mode) does, 
 A sync killed between switch and reload leaves the pending record: the next run (even one with nothing
 new in S3) reloads from ``served`` to ``current`` first. ``--dry-run`` reports a pending reload.
 
+What a client of a server sees while an update is in flight, a kill at any point included (tested with a
+kill at every step, against the real Triton: tests/genmodel/test_live_kill_triton.py): a model the update
+does not touch never fails; a changed model never fails, answering from the old files, then the new ones;
+an added model is unknown until it is ready, then stays ready; a removed model serves until it is unloaded.
+Each model is loaded on all the host's servers at once (a thread each), so a client spread over them sees
+it arrive everywhere within the spread of one load, and a kill once the requests are out leaves no server
+behind: Triton finishes a load whose caller died. (A failed load is not such an update: the rollback below
+unloads what had loaded.)
+
 A server is ``grpc://HOST:PORT`` (what the models role passes) or ``http://HOST:PORT``. Over gRPC
 (tritonclient, the agent's ``live`` extra) a load holds up nobody; over HTTP, Triton 2.51 holds up the HTTP
 requests of other clients, to models the load does not touch, for the whole load (measured in
@@ -34,6 +43,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .layout import Repo
@@ -247,10 +257,9 @@ class Live:
         out.servers = [c.server.name for c in self.running]
         loaded: set[str] = set()
         for model in changes["added"] + changes["changed"]:
-            for c in self.running:
-                if back and model in changes["changed"]:
-                    c.unload(model)
-                reason = c.load(model)
+            if back and model in changes["changed"]:
+                self._everywhere("unload", model)
+            for c, reason in self._everywhere("load", model):
                 if reason is None:
                     loaded.add(model)
                 else:
@@ -262,8 +271,7 @@ class Live:
                             + f"; switched back to {served}, which the servers keep serving")
         out.loaded = sorted(loaded)
         for model in changes["removed"]:
-            for c in self.running:
-                reason = c.unload(model)
+            for _c, reason in self._everywhere("unload", model):
                 if reason is not None:
                     out.failed[model] = f"unload: {reason}"
             out.unloaded.append(model)
@@ -271,21 +279,30 @@ class Live:
         if out.failed:
             raise SyncError("; ".join(f"model {m}: {r}" for m, r in sorted(out.failed.items())))
 
+    def _everywhere(self, action: str, model: str) -> list[tuple[Triton, str | None]]:
+        """``client.<action>(model)`` ("load" or "unload") on every running server at once (a thread each), in the servers' order: a
+        model arrives on all the host's servers together (a client spread over them sees it everywhere
+        within the spread of one load, not one load per server later), and a kill of the agent once the
+        requests are out leaves no server behind (Triton finishes a load whose caller died)."""
+        if len(self.running) == 1:
+            return [(self.running[0], getattr(self.running[0], action)(model))]
+        with ThreadPoolExecutor(max_workers=len(self.running), thread_name_prefix="tf-reload") as pool:
+            reasons = list(pool.map(lambda c: getattr(c, action)(model), self.running))
+        return list(zip(self.running, reasons))  # noqa: B905 - the agent runs on Python 3.9 (no strict=)
+
     def _roll_back(self, repo: Repo, served: str, changes: dict[str, list[str]], loaded: set[str]) -> None:
         _fresh(repo, served, sorted(loaded | set(changes["changed"])))
         repo.switch(served, durable=True)
         self.outcome.rolled_back = True
         problems = []
         for model in sorted(loaded | set(changes["changed"])):  # failed changed ones too: make sure
-            for c in self.running:
-                if model in changes["added"]:
-                    reason = c.unload(model)
-                else:
-                    if model in loaded:  # it runs the newer files: make the server drop them
-                        c.unload(model)
-                    reason = c.load(model)
-                if reason is not None:
-                    problems.append(f"{c.server.name} {model}: {reason}")
+            if model in changes["added"]:
+                results = self._everywhere("unload", model)
+            else:
+                if model in loaded:  # it runs the newer files: make the servers drop them
+                    self._everywhere("unload", model)
+                results = self._everywhere("load", model)
+            problems += [f"{c.server.name} {model}: {reason}" for c, reason in results if reason is not None]
         if problems:
             self.outcome.pending = True
             raise SyncError(f"model(s) {', '.join(sorted(self.outcome.failed))} did not load "
