@@ -1,0 +1,128 @@
+"""Tests for what mutation testing of tritonfleet/agent/fetch.py found unchecked (docs/mutation-survivors.md):
+the sizes and lines of the space check and of a full disk, a HeadObject without an ETag, the phase a
+HeadObject reports, and a multipart download whose exact part sizes do not give its ETag."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import types
+
+import pytest
+
+from tritonfleet.agent import fetch
+from tritonfleet.agent.fetch import SPACE_MARGIN, MiB, _check_space, _Fetcher, _no_space, _size
+from tritonfleet.agent.manifest import Entry, SyncError
+from tritonfleet.agent.remote import Phase
+from tritonfleet.agent.sync import Options
+
+
+@pytest.mark.parametrize("n, text", [(0, "0 B"), (1, "1 B"), (1023, "1023 B"), (1024, "1.0 KiB"),
+                                     (1536, "1.5 KiB"), (MiB - 1, "1024.0 KiB"), (MiB, "1.0 MiB"),
+                                     (5 * MiB + MiB // 2, "5.5 MiB"), (1024 * MiB, "1.0 GiB"),
+                                     (3 * 1024 * 1024 * MiB, "3072.0 GiB"), (2.5, "2 B")])
+def test_sizes_read_as_people_write_them(n, text):
+    assert _size(n) == text
+
+
+def test_the_space_check_passes_at_exactly_enough_and_names_everything_when_short(monkeypatch, tmp_path):
+    monkeypatch.setattr(fetch, "free_space", lambda path: 100 * MiB + SPACE_MARGIN)
+    _check_space(str(tmp_path), 100 * MiB, 3)  # exactly enough: no error
+    with pytest.raises(SyncError) as err:
+        _check_space(str(tmp_path), 100 * MiB + 1, 3)
+    assert str(err.value) == (f"not enough space on the filesystem of {tmp_path}: this sync downloads 100.0 MiB "
+                              "(3 files) and needs 164.0 MiB free, 164.0 MiB are; free space there, or keep fewer "
+                              "versions (--keep, models_s3_keep)")
+
+
+def _full(filename: str | None = None) -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device", filename) if filename else \
+        OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_is_one_line_with_the_path_and_the_space_left(monkeypatch):
+    monkeypatch.setattr(fetch, "free_space", lambda path: 2 * MiB)
+    assert _no_space(_full("/srv/m/versions/.staging-1/parts/3"), "/srv/m") == (
+        "no space left on the filesystem of /srv/m writing /srv/m/versions/.staging-1/parts/3; 2.0 MiB free now; "
+        "free space there and run again")
+    assert _no_space(_full(), "/srv/m") == ("no space left on the filesystem of /srv/m; 2.0 MiB free now; free "
+                                            "space there and run again")
+
+
+def test_a_full_disk_whose_free_space_cannot_be_read_still_makes_the_line(monkeypatch):
+    def gone(path):
+        raise FileNotFoundError(path)
+    monkeypatch.setattr(fetch, "free_space", gone)
+    assert _no_space(_full(), "/srv/m") == "no space left on the filesystem of /srv/m; free space there and run again"
+
+
+def _chain(depth: int) -> BaseException:
+    """An exception whose cause's cause ... (``depth`` links in all) is the full disk."""
+    exc: BaseException = _full()
+    for i in range(depth - 1):
+        outer = RuntimeError(f"wrapped {i}")
+        outer.__cause__ = exc
+        exc = outer
+    return exc
+
+
+def test_a_full_disk_is_found_up_to_six_causes_deep(monkeypatch):
+    monkeypatch.setattr(fetch, "free_space", lambda path: 0)
+    assert _no_space(_chain(6), "/d") is not None
+    assert _no_space(_chain(7), "/d") is None  # a bound, not a search: deeper is some other failure
+    assert _no_space(RuntimeError("other"), "/d") is None
+
+
+class _Heads:
+    def __init__(self, **head) -> None:
+        self.head, self.calls, self.phases = head, [], []
+
+    def head_object(self, **kwargs):
+        self.calls.append(kwargs)
+        self.phases.append(self.phase.what)
+        return self.head
+
+
+def _fetcher(tmp_path, client) -> _Fetcher:
+    phase = Phase()
+    client.phase = phase
+    return _Fetcher(Options(bucket="b", prefix="", dest=str(tmp_path)), types.SimpleNamespace(client=client, phase=phase),
+                    None, None, None)
+
+
+def test_a_head_without_an_etag_means_the_object_changed(tmp_path):
+    """Some stores leave the ETag out of a HeadObject; the object cannot be shown unchanged: fail, do not crash."""
+    (tmp_path / "f").write_bytes(b"abc")
+    client = _Heads(ContentLength=3)
+    with pytest.raises(SyncError, match="s3://b/k changed in S3 while syncing"):
+        _fetcher(tmp_path, client)._check(str(tmp_path / "f"), Entry(path="f", key="k", size=3, etag="0" * 32))
+
+
+def test_a_head_says_what_the_sync_is_doing(tmp_path):
+    (tmp_path / "f").write_bytes(b"abc")
+    client = _Heads(ETag='"' + "0" * 32 + '"', ContentLength=3)
+    _fetcher(tmp_path, client)._check(str(tmp_path / "f"), Entry(path="f", key="k", size=3, etag="0" * 32))
+    assert client.phases == ["reading the metadata of s3://b/k (HeadObject)"]
+
+
+def test_parts_of_several_sizes_that_do_not_give_the_etag_are_a_mismatch(tmp_path):
+    """A multipart object with parts of 5, 3 and 2 bytes (not uniform): the exact sizes from HeadObject are
+    tried, and a download whose bytes do not give the ETag with them is refused, not taken."""
+    good = b"abcdefghij"
+    parts = [good[:5], good[5:8], good[8:]]
+    etag = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest() + "-3"
+    (tmp_path / "f").write_bytes(b"abcdefghiX")  # one byte wrong
+
+    class Parts(_Heads):
+        def head_object(self, **kwargs):
+            super().head_object(**kwargs)
+            sizes = {1: 5, 2: 3, 3: 2}
+            return {**self.head, "ContentLength": sizes[kwargs["PartNumber"]]} if "PartNumber" in kwargs else self.head
+
+    client = Parts(ETag=f'"{etag}"', ContentLength=10)
+    result = _fetcher(tmp_path, client)._check(str(tmp_path / "f"), Entry(path="f", key="k", size=10, etag=etag))
+    assert isinstance(result, str) and result.startswith(f"content does not match the ETag {etag}")
+    (tmp_path / "f").write_bytes(good)  # and the right bytes pass with the exact sizes
+    client = Parts(ETag=f'"{etag}"', ContentLength=10)
+    result = _fetcher(tmp_path, client)._check(str(tmp_path / "f"), Entry(path="f", key="k", size=10, etag=etag))
+    assert result == (hashlib.md5(good).hexdigest(), "multipart-md5")
