@@ -556,3 +556,55 @@ def test_an_error_body_that_is_json_but_no_object_is_still_the_reason(stubs, bod
     pending record left, no reason given) instead of being Triton's reason."""
     stub = stubs(answers={"m:load": (400, body)})
     assert Triton(Server("s", stub.url), None, 5).load("m") == f"HTTP 400: {body.decode()}"
+
+
+def test_the_header_file_is_checked_as_opened_not_before(tmp_path, monkeypatch):
+    """Issue "Security", item 7: a file swapped in between a check by path and the open must not be read. The
+    0600 file is replaced by a 0644 one at the first look at it (after a stat by path, before an open): the
+    file read must be the one checked, so it is refused."""
+    f = tmp_path / "h"
+    f.write_text("x-key: secret\n")
+    f.chmod(0o600)
+    swap = tmp_path / "swap"
+    swap.write_text("x-key: planted\n")
+    swap.chmod(0o644)
+    real_stat, real_open = os.stat, os.open
+
+    def swap_once():
+        if swap.exists():
+            os.replace(swap, f)
+
+    def stat_then_swap(path, *args, **kwargs):
+        result = real_stat(path, *args, **kwargs)
+        if str(path) == str(f):
+            swap_once()
+        return result
+
+    def swap_then_open(path, *args, **kwargs):
+        if str(path) == str(f):
+            swap_once()
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(os, "stat", stat_then_swap)
+    monkeypatch.setattr(os, "open", swap_then_open)
+    with pytest.raises(SyncError, match="readable by others"):
+        read_header(str(f))
+
+
+def test_a_header_file_that_is_a_symlink_or_not_ours_is_refused(tmp_path, monkeypatch):
+    target = tmp_path / "target"
+    target.write_text("x-key: v\n")
+    target.chmod(0o600)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(SyncError) as err:
+        read_header(str(link))
+    assert str(err.value) == f"header file {link}: a symlink (refused)"
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)
+    with pytest.raises(SyncError) as err:
+        read_header(str(target))
+    assert str(err.value) == (f"header file {target} is owned by uid {os.stat(target).st_uid}, not by this user "
+                              "(4242); chown it")
+    monkeypatch.undo()
+    (tmp_path / "dir").mkdir(mode=0o700)
+    with pytest.raises(SyncError, match="is not a regular file"):
+        read_header(str(tmp_path / "dir"))

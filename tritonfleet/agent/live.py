@@ -37,9 +37,11 @@ The restricted-API header comes from a root-only file (``--header-file``, one li
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
+import stat
 import time
 import urllib.error
 import urllib.request
@@ -73,15 +75,28 @@ class Outcome:
 
 
 def read_header(path: str) -> tuple[str, str]:
-    """``(name, value)`` from a ``name: value`` file that only its owner can read."""
+    """``(name, value)`` from a ``name: value`` file that only its owner, this user, can read. The checks are
+    made on the file as opened (``fstat``), so a file swapped in after a check is never the one read; a
+    symlink is refused."""
     try:
-        st = os.stat(path)
-        with open(path, encoding="utf-8") as f:
-            line = f.readline().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise SyncError(f"header file {path}: {exc.strerror}") from None
-    if st.st_mode & 0o077:
-        raise SyncError(f"header file {path} is readable by others (mode {st.st_mode & 0o777:o}); chmod 600 it")
+        why = "a symlink (refused)" if exc.errno == errno.ELOOP else exc.strerror
+        raise SyncError(f"header file {path}: {why}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SyncError(f"header file {path} is not a regular file")
+    with os.fdopen(fd, encoding="utf-8") as f:
+        if st.st_uid != os.geteuid():
+            raise SyncError(f"header file {path} is owned by uid {st.st_uid}, not by this user ({os.geteuid()}); "
+                            "chown it")
+        if st.st_mode & 0o077:
+            raise SyncError(f"header file {path} is readable by others (mode {st.st_mode & 0o777:o}); chmod 600 it")
+        try:
+            line = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SyncError(f"header file {path}: {getattr(exc, 'strerror', None) or 'not text'}") from None
     name, sep, value = line.partition(":")
     if not sep or not name.strip() or not value.strip():
         raise SyncError(f"header file {path}: expected one line 'name: value'")
