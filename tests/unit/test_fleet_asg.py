@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -150,7 +151,7 @@ def _bootstrap(tmp_path: Path, built, bundle_file: Path) -> tuple[subprocess.Com
     for line in script.splitlines():  # nothing the run writes stays outside tmp_path
         for path in ("/var/log/", "/opt/tritonfleet/"):
             assert line.count(path) == line.count(f"{root}{path}"), line
-    (root / "var" / "log").mkdir(parents=True)
+    (root / "var" / "log").mkdir(parents=True, exist_ok=True)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in (("aws", FAKE_AWS.format(python=sys.executable)), ("python3.12", FAKE_PYTHON)):
@@ -180,6 +181,19 @@ def test_user_data_installs_and_deploys_the_bundle_it_was_given(built, tmp_path)
     assert (f"pyinfra -y inventories/fleet_local.py deploys/serve.py (in {work}, secret s3cret-from-ssm)"
             in proc.stdout)
     assert "s3cret" not in (root / "var/log/tritonfleet-bootstrap.log").read_text()
+    assert stat.S_IMODE((root / "var/log/tritonfleet-bootstrap.log").stat().st_mode) == 0o600
+
+
+@needs_tools
+def test_the_bootstrap_log_is_root_only_even_when_an_earlier_boot_left_it_readable(built, tmp_path):
+    """Issue "Security", item 4: the log holds the whole root deploy; a log left 0644 is made 0600 first."""
+    log = tmp_path / "root/var/log/tritonfleet-bootstrap.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("an earlier boot\n")
+    log.chmod(0o644)
+    proc, root, work = _bootstrap(tmp_path, built, built.path)
+    assert proc.returncode == 0, proc.stdout
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and log.read_text().startswith("an earlier boot\n")
 
 
 def _tampered(path: Path, out: Path) -> Path:
@@ -248,6 +262,28 @@ def test_up_asg_publishes_the_bundle_and_creates_template_and_group(aws, tmp_pat
     changed = lifecycle.up_asg(aws, spec(count=2, subnets=subnets), root=ROOT, data={**DATA, "triton_models": []},
                                bundle_s3="s3://fleet-bundles/prod", work_dir=tmp_path, secret_parameters=SECRETS)
     assert changed.launch_template == (template_id, version + 1)
+
+
+def _template_hop_limit(clients, result) -> int:
+    template_id, version = result.launch_template
+    data = clients.ec2.describe_launch_template_versions(LaunchTemplateId=template_id, Versions=[str(version)])[
+        "LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    return data["MetadataOptions"]["HttpPutResponseHopLimit"]
+
+
+def test_the_group_s_containers_reach_the_instance_profile_only_with_models_s3_direct(aws, tmp_path):  # noqa: F811
+    """Issue "Security", item 3: hop limit 1 (the host alone reaches the instance profile, with the SSM secret
+    parameters in ASG mode), 2 only when the bundle's hosts set models_s3_direct."""
+    put_public_parameter(NEURON_PARAM, image_named(aws, "ubuntu"))
+    aws.s3.create_bucket(Bucket="fleet-bundles")
+    result = lifecycle.up_asg(aws, spec(), root=ROOT, data=DATA, bundle_s3="s3://fleet-bundles/prod",
+                              work_dir=tmp_path, secret_parameters=SECRETS)
+    assert _template_hop_limit(aws, result) == 1
+    direct = {**DATA, "models_s3_uri": "s3://models/prod", "models_s3_direct": True}
+    result = lifecycle.up_asg(aws, spec(), root=ROOT, data=direct, bundle_s3="s3://fleet-bundles/prod",
+                              work_dir=tmp_path, secret_parameters=SECRETS)
+    assert _template_hop_limit(aws, result) == 2
 
     removed = lifecycle.down(aws, "prod", sleep=no_sleep)
     assert removed["auto-scaling-groups"] == [result.group]

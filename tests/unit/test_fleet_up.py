@@ -55,6 +55,7 @@ def test_up_launches_the_type_from_the_ssm_ami_with_tags_volume_and_profile(aws)
         assert inst["KeyName"] == "tritonfleet-prod"
         assert [g["GroupId"] for g in inst["SecurityGroups"]] == [result.security_group]
         assert inst["MetadataOptions"]["HttpTokens"] == "required"
+        assert inst["MetadataOptions"]["HttpPutResponseHopLimit"] == 1  # containers do not reach the profile
         volume_id = inst["BlockDeviceMappings"][0]["Ebs"]["VolumeId"]
         volume = aws.ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]
         assert (volume["Size"], volume["VolumeType"]) == (500, "gp3")
@@ -184,3 +185,10 @@ def test_wait_ready_times_out_naming_the_instances(aws):  # noqa: F811
                      clock=lambda: now[0])
     assert "SSH not answering" in str(exc.value)
     assert instances.describe(aws, fleet="prod", states=["running"])  # kept for list/down
+
+
+def test_models_s3_direct_raises_the_hop_limit_to_2_for_tritons_container(aws):  # noqa: F811
+    put_public_parameter(NEURON_PARAM, image_named(aws, "ubuntu"))
+    result = _up(aws, models_s3_direct=True, count=1)
+    (inst,) = instances.describe(aws, ids=result.launched)
+    assert inst["MetadataOptions"]["HttpPutResponseHopLimit"] == 2

@@ -84,6 +84,8 @@ def fleet() -> None:
 @click.option("--models-s3-uri", help="s3://bucket/prefix the hosts may read (models_s3_uri).")
 @click.option("--qa-s3-uri", help="s3://bucket/prefix whose qa/ the hosts may write (qa_reports_s3_uri).")
 @click.option("--ecr-pull", is_flag=True, help="Let the hosts pull images from this account's ECR.")
+@click.option("--models-s3-direct", is_flag=True, help="The hosts set models_s3_direct (Triton reads S3 from its "
+              "container): instance metadata hop limit 2 instead of 1 (--asg: taken from --bundle-data).")
 @click.option("--on-partial", type=click.Choice(instances.ON_PARTIAL), default="terminate", show_default=True,
               help="When only some instances start: terminate them, or keep them.")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until SSH answers.")
@@ -97,7 +99,8 @@ def fleet() -> None:
 def up(fleet_name: str, region: str, instance_type: str, count: int, role: str, os_name: str, ami: str | None,
        ssh_user: str | None, ssh_cidr: str, triton_source_sg: str | None, triton_servers: int | None,
        subnets: tuple[str, ...], public_ip: bool | None, volume_size: int, public_key: str | None,
-       key_dir: str | None, models_s3_uri: str | None, qa_s3_uri: str | None, ecr_pull: bool, on_partial: str,
+       key_dir: str | None, models_s3_uri: str | None, qa_s3_uri: str | None, ecr_pull: bool,
+       models_s3_direct: bool, on_partial: str,
        wait: bool, ready_timeout: int, asg: bool, bundle_s3: str | None, bundle_data: str | None,
        secrets: tuple[str, ...], min_size: int | None, max_size: int | None) -> None:
     """Launch the fleet's instances (or its Auto Scaling group) with security group, key pair and profile."""
@@ -106,7 +109,7 @@ def up(fleet_name: str, region: str, instance_type: str, count: int, role: str, 
         ami=ami, ssh_user=ssh_user, triton_source_sg=triton_source_sg, triton_servers=triton_servers,
         subnets=subnets, public_ip=public_ip, volume_size=volume_size, public_key=public_key, key_dir=key_dir,
         access=iam.Access(models_s3_uri=models_s3_uri, qa_reports_s3_uri=qa_s3_uri, ecr_pull=ecr_pull),
-        on_partial=on_partial)
+        on_partial=on_partial, models_s3_direct=models_s3_direct)
     with _one_line():
         clients = Clients(region)
         if asg:

@@ -60,6 +60,9 @@ class LaunchRequest:
     subnets: tuple[str, ...] = ()
     zones: tuple[str, ...] = ()
     public_ip: bool | None = None
+    # IMDSv2's hop limit: 1 keeps the instance profile away from containers (Triton's Python-backend model
+    # code, DCGM); 2 only when a container must reach it (models_s3_direct: Triton reads S3 itself)
+    hop_limit: int = 1
 
     def params(self, subnet: str | None, count: int) -> dict:
         extra = {TAG_SSH_USER: self.image.ssh_user, TAG_OS: self.os_name}
@@ -69,8 +72,9 @@ class LaunchRequest:
             "ClientToken": uuid.uuid4().hex,
             "BlockDeviceMappings": [{"DeviceName": self.image.root_device, "Ebs": {
                 "VolumeSize": self.volume_size, "VolumeType": "gp3", "DeleteOnTermination": True, "Encrypted": True}}],
-            # IMDSv2 only; hop limit 2 so containers (Triton reading S3 directly) reach the instance profile
-            "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 2, "HttpEndpoint": "enabled"},
+            # IMDSv2 only, and (hop limit 1) from the host only, unless a container must reach the profile
+            "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": self.hop_limit,
+                                "HttpEndpoint": "enabled"},
             "TagSpecifications": tag_specs(self.fleet, self.role, ["instance", "volume"], **extra),
         }
         if self.public_ip is not None:

@@ -52,6 +52,9 @@ class FleetSpec:
     key_dir: str | None = None
     access: iam.Access = field(default_factory=iam.Access)
     on_partial: str = "terminate"
+    # the hosts set models_s3_direct (Triton, in its container, reads S3 with the instance profile): the
+    # metadata service's hop limit is 2 for them, 1 (the host only) otherwise
+    models_s3_direct: bool = False
 
     def checked(self) -> tuple[FleetSpec, catalog.InstanceType]:
         check_fleet_name(self.fleet)
@@ -109,7 +112,10 @@ def _prepare(clients: Clients, spec: FleetSpec, itype: catalog.InstanceType, acc
     req = instances.LaunchRequest(
         fleet=spec.fleet, role=spec.role, instance_type=itype.name, image=image, os_name=spec.os_name,
         security_group=group, key_name=key.name, instance_profile=profile, volume_size=spec.volume_size,
-        subnets=net.subnets, zones=net.zones, public_ip=spec.public_ip)
+        subnets=net.subnets, zones=net.zones, public_ip=spec.public_ip, hop_limit=2 if spec.models_s3_direct else 1)
+    echo("instance metadata: IMDSv2, " + ("hop limit 2 (models_s3_direct: Triton's container reads S3 with the "
+                                          "instance profile)" if spec.models_s3_direct else
+                                          "hop limit 1 (containers cannot reach the instance profile)"))
     return req, net, key
 
 
@@ -151,6 +157,8 @@ def up_asg(clients: Clients, spec: FleetSpec, *, root: str | Path, data: Mapping
            min_size: int | None = None, max_size: int | None = None, echo: Echo = lambda _line: None) -> AsgResult:
     """Publish a bundle and create (or update) the fleet's launch template and Auto Scaling group."""
     spec, itype = spec.checked()
+    if data.get("models_s3_direct") is True:  # the bundle's hosts read S3 from Triton's container
+        spec = replace(spec, models_s3_direct=True)
     secret_parameters = dict(secret_parameters or {})
     built = bundle.build_bundle(root, data, work_dir, secret_parameters)
     url = bundle.publish_bundle(clients.s3, built, bundle_s3)
