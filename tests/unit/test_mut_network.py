@@ -142,15 +142,27 @@ def test_without_subnets_and_default_vpc_says_pass_subnet():
 
 @pytest.mark.parametrize("cidr, normal", [
     ("203.0.113.7/32", "203.0.113.7/32"), ("203.0.113.7", "203.0.113.7/32"), ("203.0.113.7/24", "203.0.113.0/24"),
-    ("0.0.0.0/1", "0.0.0.0/1"), ("2001:db8::1/64", "2001:db8::/64"), ("::/1", "::/1")])
+    ("10.1.2.3/16", "10.1.0.0/16"), ("2001:db8::1/64", "2001:db8::/64"), ("2001:db8:1::/48", "2001:db8:1::/48")])
 def test_cidr_is_normalised(cidr, normal):
     assert network.check_cidr(cidr) == normal
 
 
-@pytest.mark.parametrize("cidr", ["0.0.0.0/0", "::/0", "10.1.2.3/0"])
-def test_cidr_of_the_whole_internet_is_refused(cidr):
+@pytest.mark.parametrize("cidr, count, widest", [("0.0.0.0/1", "2.15e+09", 16), ("10.0.0.0/15", "1.31e+05", 16),
+                                                 ("::/1", "1.7e+38", 48), ("2001:db8::/47", "2.42e+24", 48)])
+def test_a_cidr_wider_than_a_site_needs_allow_wide_ssh(cidr, count, widest):
+    """Issue "Security", item 6: 0.0.0.0/1 is half the internet."""
     with pytest.raises(FleetError) as caught:
         network.check_cidr(cidr)
+    assert str(caught.value) == (f"--ssh-cidr {cidr}: {count} addresses, wider than a /{widest}; give your own "
+                                 "address/32 (or your network), or pass --allow-wide-ssh")
+    assert network.check_cidr(cidr, allow_wide=True) == cidr
+
+
+@pytest.mark.parametrize("cidr", ["0.0.0.0/0", "::/0", "10.1.2.3/0"])
+@pytest.mark.parametrize("allow_wide", [False, True])
+def test_cidr_of_the_whole_internet_is_refused(cidr, allow_wide):
+    with pytest.raises(FleetError) as caught:
+        network.check_cidr(cidr, allow_wide)
     assert str(caught.value) == (f"--ssh-cidr {cidr}: refusing to open SSH to the whole internet; "
                                  "give your own address/32")
 

@@ -55,6 +55,7 @@ class FleetSpec:
     # the hosts set models_s3_direct (Triton, in its container, reads S3 with the instance profile): the
     # metadata service's hop limit is 2 for them, 1 (the host only) otherwise
     models_s3_direct: bool = False
+    allow_wide_ssh: bool = False  # an --ssh-cidr wider than network.WIDEST_SSH
 
     def checked(self) -> tuple[FleetSpec, catalog.InstanceType]:
         check_fleet_name(self.fleet)
@@ -76,7 +77,7 @@ class FleetSpec:
             if uri:
                 iam.split_s3(uri, what)
         spec = replace(self, instance_type=itype.name, triton_servers=servers,
-                       ssh_cidr=network.check_cidr(self.ssh_cidr))
+                       ssh_cidr=network.check_cidr(self.ssh_cidr, self.allow_wide_ssh))
         return spec, itype
 
 

@@ -50,14 +50,23 @@ def resolve_network(clients: Clients, subnets: tuple[str, ...] = ()) -> Network:
     return Network(vpcs[0]["VpcId"])
 
 
-def check_cidr(cidr: str) -> str:
-    """A CIDR SSH is opened to; the whole internet is refused."""
+#: The widest SSH source accepted without ``--allow-wide-ssh``: an IPv4 /16 (65536 addresses), an IPv6 /48 (a site).
+WIDEST_SSH = {4: 16, 6: 48}
+
+
+def check_cidr(cidr: str, allow_wide: bool = False) -> str:
+    """A CIDR SSH is opened to: the whole internet is refused, and anything wider than WIDEST_SSH unless
+    ``allow_wide`` (``--allow-wide-ssh``)."""
     try:
         net = ipaddress.ip_network(cidr, strict=False)
     except ValueError:
         raise FleetError(f"--ssh-cidr {cidr!r}: expected a CIDR such as 203.0.113.7/32") from None
     if net.prefixlen == 0:
         raise FleetError(f"--ssh-cidr {cidr}: refusing to open SSH to the whole internet; give your own address/32")
+    widest = WIDEST_SSH[net.version]
+    if net.prefixlen < widest and not allow_wide:
+        raise FleetError(f"--ssh-cidr {cidr}: {net.num_addresses:.3g} addresses, wider than a /{widest}; give your "
+                         "own address/32 (or your network), or pass --allow-wide-ssh")
     return str(net)
 
 
