@@ -7,10 +7,10 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.server import KernelVersion
 
 from roles import platform
 from roles.context import config_for
+from roles.facts.system import KernelVersion
 from roles.operations.accelerators import verify_neuron_devices
 from roles.operations.files import managed_files
 from roles.operations.services import services

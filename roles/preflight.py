@@ -19,12 +19,11 @@ from gevent.lock import Semaphore
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.facts.server import LinuxDistribution
 
 from roles import all_roles, context
 from roles.context import config_for
 from roles.facts import cache as fact_cache
-from roles.facts.system import ImdsInstanceType
+from roles.facts.system import ImdsInstanceType, LinuxDistribution
 from tritonfleet.config import DEFAULT_IMDS, MISSING, ConfigError, FieldProblem, HostConfig, load_host_config
 from tritonfleet.platforms import UnsupportedPlatform, from_distribution
 

@@ -13,12 +13,16 @@ import ast
 import atexit
 import hashlib
 import importlib
+import inspect
 import json
 import os
+import stat
 import types
+import typing
 from pathlib import Path
 from typing import Any
 
+from pyinfra import logger
 from pyinfra.api import FactBase
 
 _MARK = "_tritonfleet_fact_cache"
@@ -101,19 +105,89 @@ def _plannable(cls, args: tuple) -> bool:
             and callable(cls.command))
 
 
-def _load_plan(path: Path) -> list[tuple[type, dict]]:
+# A plan is data, never code: it may name only the fact classes of roles/facts/ (the module each is defined
+# in, no other module is imported), with arguments that the fact's command() takes, of the types it declares
+# (checked strictly); anything else is skipped. And it is trusted only from a file and a directory of this
+# user that nobody else can write: otherwise it is ignored with a warning and the facts are read one by one.
+FACT_PACKAGE = "roles.facts"
+
+
+def _untrusted(path: Path) -> str | None:
+    """Why the plan at ``path`` (its directory, then the file) is not to be trusted; None when it is."""
+    for p in (path.parent, path):
+        try:
+            st = os.lstat(p)
+        except OSError as exc:
+            return f"{p}: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{p} is a symlink"
+        if st.st_uid != os.getuid():
+            return f"{p} is owned by uid {st.st_uid}, not by this user ({os.getuid()})"
+        if st.st_mode & 0o022:
+            return f"{p} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _fact_class(module: str, qualname: str) -> type | None:
+    """The fact class ``module.qualname`` when it is one of roles/facts/ and can be planned."""
+    if not isinstance(module, str) or not isinstance(qualname, str) or not qualname.isidentifier() \
+            or not (module == FACT_PACKAGE or module.startswith(FACT_PACKAGE + ".")) \
+            or not all(part.isidentifier() for part in module.split(".")):
+        return None
     try:
-        entries = json.loads(path.read_text())
+        cls = getattr(importlib.import_module(module), qualname, None)
+    except ImportError:
+        return None
+    if not (isinstance(cls, type) and issubclass(cls, FactBase) and cls.__module__ == module):
+        return None
+    return cls if _plannable(cls, ()) else None
+
+
+def _arguments_fit(cls: type, values: dict) -> bool:
+    """``values`` are arguments of ``cls.command`` (all it needs), each of the type it declares."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        params = {n: p for n, p in inspect.signature(cls.command).parameters.items() if n != "self"}
+        hints = typing.get_type_hints(cls.command)
+    except (TypeError, ValueError, NameError):
+        return False
+    if not set(values) <= set(params) or any(
+            p.default is inspect.Parameter.empty and n not in values for n, p in params.items()):
+        return False
+    for name, value in values.items():
+        if name not in hints:
+            return False
+        try:
+            TypeAdapter(hints[name]).validate_python(value, strict=True)
+        except ValidationError:
+            return False
+    return True
+
+
+def _load_plan(path: Path) -> list[tuple[type, dict]]:
+    why = _untrusted(path)
+    if why:
+        logger.warning(f"fact plan {path} ignored ({why}): its facts are read one by one; remove it, or fix its "
+                       "owner and mode (0600, in a directory only you can write)")
+        return []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as f:
+            entries = json.load(f)
     except (OSError, ValueError):
         return []
     out = []
-    for module, qualname, kwargs in entries if isinstance(entries, list) else []:
-        try:
-            cls = getattr(importlib.import_module(module), qualname)
-            values = ast.literal_eval(kwargs)
-        except (ImportError, AttributeError, ValueError, SyntaxError, TypeError):
+    for entry in entries if isinstance(entries, list) else []:
+        if not (isinstance(entry, list) and len(entry) == 3):
             continue
-        if isinstance(values, dict) and _plannable(cls, ()):
+        module, qualname, kwargs = entry
+        cls = _fact_class(module, qualname)
+        try:
+            values = ast.literal_eval(kwargs) if cls and isinstance(kwargs, str) else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if cls and isinstance(values, dict) and _arguments_fit(cls, values):
             out.append((cls, values))
     return out
 

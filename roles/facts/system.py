@@ -5,6 +5,15 @@ from __future__ import annotations
 from shlex import quote
 
 from pyinfra.api import FactBase
+from pyinfra.facts import server
+
+
+class LinuxDistribution(server.LinuxDistribution):
+    """pyinfra's ``server.LinuxDistribution``, as a fact of roles/facts/ (a fact plan names only these)."""
+
+
+class KernelVersion(server.KernelVersion):
+    """pyinfra's ``server.KernelVersion``, as a fact of roles/facts/ (a fact plan names only these)."""
 
 
 class KeyringFingerprints(FactBase[list]):

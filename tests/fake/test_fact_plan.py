@@ -14,10 +14,10 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.operations import run_ops
-from pyinfra.facts.server import LinuxDistribution
 
 from roles.facts import cache
 from roles.facts.files import FileDigests, ServiceStates
+from roles.facts.system import LinuxDistribution
 from roles.preflight import preflight
 from tests.fake.fakehost import healthy
 
@@ -39,7 +39,7 @@ def test_a_run_records_its_facts_and_keeps_the_plan_private(tmp_path, monkeypatc
     (plan,) = (tmp_path / "tritonfleet" / "factplans").glob("*.json")
     assert stat.S_IMODE(os.stat(plan).st_mode) == 0o600
     entries = json.loads(plan.read_text())
-    assert ["pyinfra.facts.server", "LinuxDistribution", "{}"] in entries
+    assert ["roles.facts.system", "LinuxDistribution", "{}"] in entries
     loaded = cache._load_plan(plan)
     assert (LinuxDistribution, {}) in loaded
     # another deploy file, another plan

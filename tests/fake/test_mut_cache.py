@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 from pyinfra.api import FactBase
-from pyinfra.facts.server import LinuxDistribution
 
 from roles.facts import cache
+from roles.facts.system import LinuxDistribution
 
 # -- where a plan is kept --------------------------------------------------------------------------------------
 
@@ -155,8 +155,8 @@ def test_a_plan_that_is_no_list_loads_nothing(tmp_path, content):
 
 def test_bad_entries_of_a_plan_are_skipped_and_the_rest_loaded(tmp_path):
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps([["no.such.module", "X", "{}"], ["pyinfra.facts.server", "LinuxDistribution", "[1]"],
-                                ["pyinfra.facts.server", "LinuxDistribution", "{}"]]))
+    path.write_text(json.dumps([["no.such.module", "X", "{}"], ["roles.facts.system", "LinuxDistribution", "[1]"],
+                                ["roles.facts.system", "LinuxDistribution", "{}"]]))
     assert cache._load_plan(path) == [(LinuxDistribution, {})]
 
 
@@ -173,7 +173,7 @@ def test_only_hosts_with_a_plan_file_and_facts_asked_are_saved(tmp_path):
         setattr(h, cache._MARK, c)
         return h
 
-    entry = ["pyinfra.facts.server", "LinuxDistribution", "{}"]
+    entry = ["roles.facts.system", "LinuxDistribution", "{}"]
     hosts = [SimpleNamespace(), host(None, {"k": entry}), host(tmp_path / "p" / "none.json", {}),
              host(tmp_path / "p" / "h1.json", {"k": entry})]
     cache._save_plans(SimpleNamespace(inventory=hosts))
@@ -302,10 +302,84 @@ def test_prefetch_survives_a_failing_host_and_registers_one_save_per_run(monkeyp
     for name in ("h1", "h2"):
         h = SimpleNamespace(name=name)
         setattr(h, cache._MARK, cache._HostCache())
-        cache._plan_file(st, h).write_text(json.dumps([["pyinfra.facts.server", "LinuxDistribution", "{}"]]))
+        cache._plan_file(st, h).write_text(json.dumps([["roles.facts.system", "LinuxDistribution", "{}"]]))
         hosts.append(h)
     cache.prefetch(st, hosts)
     assert seen == ["h1", "h2"]  # all done when it returns
     cache.prefetch(st, hosts)
     assert seen == ["h1", "h2", "h1", "h2"]
     assert registered == [(cache._save_plans, st)]
+
+
+# -- a plan is data (issue "Security", item 1) ------------------------------------------------------------------
+
+
+def _plan(tmp_path, entries, mode=0o600, dir_mode=0o700):
+    d = tmp_path / "plans"
+    d.mkdir(exist_ok=True)
+    d.chmod(dir_mode)
+    path = d / "plan.json"
+    path.write_text(json.dumps(entries))
+    path.chmod(mode)
+    return path
+
+
+def test_a_plan_may_name_only_the_fact_classes_of_roles_facts(tmp_path):
+    """pyinfra's ``server.Command`` (a command given as data) was shown to run from a planted plan; a plan
+    names roles/facts/ classes only, from the module that defines them, and nothing else is imported."""
+    path = _plan(tmp_path, [
+        ["pyinfra.facts.server", "Command", repr({"command": "touch /root/pwned"})],
+        ["pyinfra.facts.server", "LinuxDistribution", "{}"],
+        ["os", "system", repr({"command": "touch /root/pwned"})],
+        ["roles.facts.cache", "FactBase", "{}"],  # imported there, defined elsewhere
+        ["roles.facts.system", "server.Command", "{}"],  # not a name of the module itself
+        ["roles.facts.../x", "Y", "{}"],
+        ["roles.factsx", "Y", "{}"],
+        ["roles.facts.system", "LinuxDistribution", "{}"]])
+    assert cache._load_plan(path) == [(LinuxDistribution, {})]
+
+
+def test_a_plan_s_arguments_are_those_the_fact_takes_of_the_types_it_declares(tmp_path):
+    from roles.facts.files import FileDigests
+    from roles.facts.models import AgentState
+
+    path = _plan(tmp_path, [
+        ["roles.facts.files", "FileDigests", repr({"paths": "/etc/passwd; touch /root/pwned"})],  # not a tuple
+        ["roles.facts.files", "FileDigests", repr({"paths": ("/a", 7)})],  # not all str
+        ["roles.facts.files", "FileDigests", repr({"paths": ("/a",), "extra": 1})],  # no such argument
+        ["roles.facts.files", "FileDigests", "{}"],  # its one argument missing
+        ["roles.facts.models", "AgentState", repr({"python": "python3", "venv": 3})],
+        ["roles.facts.models", "AgentState", "{'python': __import__('os')}"],  # not a literal
+        ["roles.facts.files", "FileDigests", repr({"paths": ("/a", "/b")})],
+        ["roles.facts.models", "AgentState", repr({"python": "python3", "venv": "/opt/v"})]])
+    assert cache._load_plan(path) == [(FileDigests, {"paths": ("/a", "/b")}),
+                                      (AgentState, {"python": "python3", "venv": "/opt/v"})]
+
+
+@pytest.mark.parametrize("mode, dir_mode, why", [
+    (0o666, 0o700, "plan.json is writable by group or others (mode 666)"),
+    (0o620, 0o700, "plan.json is writable by group or others (mode 620)"),
+    (0o600, 0o777, "plans is writable by group or others (mode 777)"),
+    (0o600, 0o770, "plans is writable by group or others (mode 770)")])
+def test_a_plan_others_could_have_written_is_ignored_with_a_warning(tmp_path, caplog, mode, dir_mode, why):
+    path = _plan(tmp_path, [["roles.facts.system", "LinuxDistribution", "{}"]], mode, dir_mode)
+    with caplog.at_level("WARNING"):
+        assert cache._load_plan(path) == []
+    assert f"fact plan {path} ignored (" in caplog.text and why in caplog.text
+    assert "its facts are read one by one" in caplog.text
+    path.chmod(0o600)
+    path.parent.chmod(0o700)
+    assert cache._load_plan(path) == [(LinuxDistribution, {})]
+
+
+def test_a_plan_that_is_a_symlink_or_not_ours_is_ignored(tmp_path, caplog, monkeypatch):
+    real = _plan(tmp_path, [["roles.facts.system", "LinuxDistribution", "{}"]])
+    link = real.parent / "link.json"
+    link.symlink_to(real)
+    with caplog.at_level("WARNING"):
+        assert cache._load_plan(link) == []
+    assert "link.json is a symlink" in caplog.text
+    monkeypatch.setattr(os, "getuid", lambda: 4242)
+    with caplog.at_level("WARNING"):
+        assert cache._load_plan(real) == []
+    assert f"is owned by uid {os.stat(real).st_uid}, not by this user (4242)" in caplog.text
