@@ -12,7 +12,7 @@ from roles.context import config_for
 from roles.operations.files import managed_files, writable_dirs
 from roles.operations.system import hide_other_users_processes
 from tritonfleet import hostcontract as hc
-from tritonfleet.config import Role, RoleSettings
+from tritonfleet.config import Role, RoleSettings, package_name
 from tritonfleet.templating import render
 
 
@@ -25,6 +25,8 @@ class Settings(RoleSettings):
     hide_processes: bool = Field(True, description=(
         "Mount /proc with hidepid=invisible: local users see only their own processes, so Triton's command "
         "line (it carries the repository secret) is visible to root only."))
+
+    _packages = field_validator("packages")(lambda v: package_name(v))
 
     @field_validator("memlock_limit")
     @classmethod

@@ -12,7 +12,7 @@ from roles.context import config_for
 from roles.facts.packages import InstalledPackages
 from roles.operations.files import managed_files
 from roles.operations.services import services
-from tritonfleet.config import HostConfig, Limit, Role, RoleSettings, absolute_path, matching
+from tritonfleet.config import HostConfig, Limit, Role, RoleSettings, absolute_path, matching, package_name
 from tritonfleet.templating import render
 
 #: Engines from Docker's own repositories: left as they are.
@@ -34,6 +34,7 @@ class Settings(RoleSettings):
         "stack limit of every container, default-ulimits and Triton's --ulimit (64 MiB)."))
 
     _abs = field_validator("data_root")(lambda v: absolute_path(v))
+    _package = field_validator("package")(lambda v: package_name(v))
 
     _size = field_validator("log_max_size")(matching(r"^\d+[kmg]$", "expected a size like 100m"))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import shlex
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -94,7 +95,9 @@ class Settings(RoleSettings):
 
     _period = field_validator("neuron_period")(matching(r"^\d+(ms|s|m)$", "expected a period like 5s"))
     _dir = field_validator("textfile_dir")(matching(r"^/[\w./-]+$", "expected an absolute directory"))
-    _url = field_validator("node_exporter_url")(matching(r"^https?://\S+\.tar\.gz$", "expected an http(s) URL of a .tar.gz"))
+    # URL characters only (RFC 3986's unreserved, "/" and "%"): nothing a shell reads as syntax
+    _url = field_validator("node_exporter_url")(matching(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~/%+-]+\.tar\.gz$",
+                                                         "expected an http(s) URL of a .tar.gz"))
     _sha = field_validator("node_exporter_sha256")(matching(r"^[0-9a-f]{64}$", "expected 64 lowercase hex digits"))
     _image = field_validator("dcgm_image")(lambda v: image_reference(v))
     _archive = field_validator("dcgm_image_archive")(matching(r"^/\S+$", "expected an absolute path"))
@@ -211,7 +214,7 @@ def _node_exporter(cfg: HostConfig) -> None:
         fetched = files.download(name="node exporter release (sha256 checked)", src=m.node_exporter_url,
                                  dest=tarball, sha256sum=m.node_exporter_sha256)
         binary = server.shell(name="node exporter binary from the release", _if=fetched.did_change, commands=[
-            f"tar -xzf {tarball} -C /usr/local/bin --strip-components=1 --wildcards '*/node_exporter'"])
+            f"tar -xzf {shlex.quote(tarball)} -C /usr/local/bin --strip-components=1 --wildcards '*/node_exporter'"])
         unit = managed_files(name="node exporter unit", files={
             NODE_UNIT_FILE: render("monitoring/node-exporter.service.j2", binary=NODE_BINARY, args=args)})
         _running("node exporter", NODE_UNIT, unit, binary)

@@ -240,6 +240,25 @@ def image_reference(value: str | None) -> str | None:
     return value
 
 
+_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_~:-]*(=[A-Za-z0-9.+_~:*-]+)?")
+
+
+def package_name(value: Any, placeholders: tuple[str, ...] = ()) -> Any:
+    """A package name as apt and dnf take it (``name`` or ``name=version``; ``{placeholder}`` where the role
+    substitutes one), nothing a shell reads as syntax; a list: each. None passes."""
+    for name in value if isinstance(value, (list, tuple)) else [value]:
+        if name is None:
+            continue
+        bare = str(name)
+        for p in placeholders:
+            bare = bare.replace("{" + p + "}", "0")
+        if not _PACKAGE.fullmatch(bare):
+            extra = f" ({', '.join('{' + p + '}' for p in placeholders)} substituted)" if placeholders else ""
+            raise ValueError(f"expected a package name: letters, digits and . + _ ~ : -, optionally =VERSION{extra}; "
+                             f"not {name!r}")
+    return value
+
+
 def matching(pattern: str, message: str) -> Callable[[Any], Any]:
     """A validator: the value (when set) must match ``pattern`` as a whole (a trailing newline is not let
     through by ``$``), else ``message``."""
