@@ -192,3 +192,40 @@ def test_models_s3_direct_raises_the_hop_limit_to_2_for_tritons_container(aws): 
     result = _up(aws, models_s3_direct=True, count=1)
     (inst,) = instances.describe(aws, ids=result.launched)
     assert inst["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+
+
+def test_metrics_ports_are_opened_to_the_metrics_source_and_reconciled_like_the_others(aws):  # noqa: F811
+    """Issue "Security", item 5: up managed only SSH and Triton and revoked the exporter rules README told
+    users to add by hand; it now writes them from --metrics-source and reconciles them, prefix lists too."""
+    put_public_parameter(NEURON_PARAM, image_named(aws, "ubuntu"))
+    prometheus = _source_sg(aws)
+    result = _up(aws, instance_type="inf2.24xlarge", count=1, triton_servers=2, metrics_sources=(prometheus, "10.20.0.0/16"))
+    group_id = result.security_group
+
+    def rules():
+        return network._current_rules(aws.ec2.describe_security_groups(GroupIds=[group_id])["SecurityGroups"][0])
+    metrics = {(lo, kind, src) for _p, lo, hi, kind, src in rules() if lo == hi and lo != 22}
+    ports = [8002, 8012, 9100, 9010]  # two Triton servers' metrics, node, Neuron exporter (inf2: no DCGM)
+    assert metrics == {(p, k, s) for p in ports for k, s in (("sg", prometheus), ("cidr4", "10.20.0.0/16"))}
+    # a second up with the same sources changes nothing; a hand-made prefix-list rule is reconciled away
+    aws.ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[
+        {"IpProtocol": "tcp", "FromPort": 9100, "ToPort": 9100, "PrefixListIds": [{"PrefixListId": "pl-0123456789abcdef0"}]}])
+    assert ("tcp", 9100, 9100, "pl", "pl-0123456789abcdef0") in rules()
+    _up(aws, instance_type="inf2.24xlarge", count=1, triton_servers=2, metrics_sources=(prometheus, "10.20.0.0/16"))
+    after = rules()
+    assert ("tcp", 9100, 9100, "pl", "pl-0123456789abcdef0") not in after
+    assert {(lo, kind, src) for _p, lo, hi, kind, src in after if lo == hi and lo != 22} == metrics
+    # a prefix list as the source; without sources the metrics ports close
+    _up(aws, instance_type="inf2.24xlarge", count=1, triton_servers=2, metrics_sources=("pl-0123456789abcdef0",))
+    assert {(lo, src) for _p, lo, hi, kind, src in rules() if kind == "pl"} == {(p, "pl-0123456789abcdef0") for p in ports}
+    _up(aws, instance_type="inf2.24xlarge", count=1, triton_servers=2)
+    assert not [r for r in rules() if r[1] == r[2] and r[1] != 22]
+
+
+@pytest.mark.parametrize("source, message", [
+    ("0.0.0.0/0", "refusing to open SSH to the whole internet"), ("10.0.0.0/8", "wider than a /16"),
+    ("sg-xyz", "expected a CIDR such as"), ("prometheus", "expected a CIDR such as")])
+def test_a_metrics_source_is_a_group_a_prefix_list_or_a_narrow_cidr(aws, source, message):  # noqa: F811
+    with pytest.raises(FleetError, match=message) as exc:
+        _up(aws, metrics_sources=(source,))
+    assert "--metrics-source" in str(exc.value) and "\n" not in str(exc.value)

@@ -485,3 +485,28 @@ def test_delete_other_error_is_one_line_and_stops():
     assert str(caught.value) == "cannot delete security group sg-1: UnauthorizedOperation: not allowed"
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
     assert stub.kwargs("delete_security_group") == [{"GroupId": "sg-1"}]
+
+
+def test_the_exporter_ports_are_the_monitoring_role_s_defaults():
+    from roles.monitoring import Settings
+
+    fields = Settings.model_fields
+    assert (network.NODE_EXPORTER_PORT, network.NEURON_EXPORTER_PORT, network.DCGM_EXPORTER_PORT) == (
+        fields["node_exporter_port"].default, fields["neuron_exporter_port"].default, fields["dcgm_port"].default)
+
+
+@pytest.mark.parametrize("servers, neuron, gpu, ports", [
+    (1, True, False, [8002, 9100, 9010]), (2, False, True, [8002, 8012, 9100, 9400]), (0, False, False, [9100])])
+def test_metrics_ports_per_host(servers, neuron, gpu, ports):
+    assert network.metrics_ports(servers, neuron, gpu) == ports
+
+
+def test_desired_rules_open_the_metrics_ports_to_each_source():
+    rules = network.desired_rules(CIDR, None, 1, ("sg-0123456789abcdef0", "pl-0123456789abcdef0", "10.1.2.0/24"),
+                                  [8002, 9100])
+    assert rules == {("tcp", 22, 22, "cidr4", CIDR)} | {
+        ("tcp", p, p, kind, src) for p in (8002, 9100) for kind, src in (
+            ("sg", "sg-0123456789abcdef0"), ("pl", "pl-0123456789abcdef0"), ("cidr4", "10.1.2.0/24"))}
+    assert network._describe(("tcp", 9100, 9100, "sg", "sg-1")) == "metrics 9100 (tritonfleet)"
+    assert network._permission(("tcp", 9100, 9100, "pl", "pl-1"), "d") == {
+        "IpProtocol": "tcp", "FromPort": 9100, "ToPort": 9100, "PrefixListIds": [{"PrefixListId": "pl-1", "Description": "d"}]}

@@ -76,6 +76,9 @@ def fleet() -> None:
               help="CIDR SSH is open to, e.g. 203.0.113.7/32 (or TRITONFLEET_SSH_CIDR); not detected.")
 @click.option("--allow-wide-ssh", is_flag=True, help="Accept an --ssh-cidr wider than a /16 (IPv6: a /48).")
 @click.option("--triton-source-sg", help="Security group allowed to reach Triton's ports (none: ports closed).")
+@click.option("--metrics-source", "metrics_sources", multiple=True, help="Security group (sg-...), prefix list "
+              "(pl-...) or CIDR allowed to scrape the metrics ports (Triton's 8002 per server, node 9100, Neuron "
+              "9010, DCGM 9400), repeatable; none: closed. Reconciled like the other rules.")
 @click.option("--triton-servers", type=int, help="Triton servers per host to open ports for (default: one per device).")
 @click.option("--subnet", "subnets", multiple=True, help="Subnet, repeatable: tried in order (another AZ on no capacity).")
 @click.option("--public-ip/--no-public-ip", default=None, help="Public IPv4 address (default: the subnet's setting).")
@@ -99,7 +102,7 @@ def fleet() -> None:
 @click.option("--max-size", type=int, help="--asg: maximum size (default --count).")
 def up(fleet_name: str, region: str, instance_type: str, count: int, role: str, os_name: str, ami: str | None,
        ssh_user: str | None, ssh_cidr: str, allow_wide_ssh: bool, triton_source_sg: str | None,
-       triton_servers: int | None,
+       metrics_sources: tuple[str, ...], triton_servers: int | None,
        subnets: tuple[str, ...], public_ip: bool | None, volume_size: int, public_key: str | None,
        key_dir: str | None, models_s3_uri: str | None, qa_s3_uri: str | None, ecr_pull: bool,
        models_s3_direct: bool, on_partial: str,
@@ -111,7 +114,8 @@ def up(fleet_name: str, region: str, instance_type: str, count: int, role: str, 
         ami=ami, ssh_user=ssh_user, triton_source_sg=triton_source_sg, triton_servers=triton_servers,
         subnets=subnets, public_ip=public_ip, volume_size=volume_size, public_key=public_key, key_dir=key_dir,
         access=iam.Access(models_s3_uri=models_s3_uri, qa_reports_s3_uri=qa_s3_uri, ecr_pull=ecr_pull),
-        on_partial=on_partial, models_s3_direct=models_s3_direct, allow_wide_ssh=allow_wide_ssh)
+        on_partial=on_partial, models_s3_direct=models_s3_direct, allow_wide_ssh=allow_wide_ssh,
+        metrics_sources=metrics_sources)
     with _one_line():
         clients = Clients(region)
         if asg:

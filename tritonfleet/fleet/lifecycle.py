@@ -56,6 +56,8 @@ class FleetSpec:
     # metadata service's hop limit is 2 for them, 1 (the host only) otherwise
     models_s3_direct: bool = False
     allow_wide_ssh: bool = False  # an --ssh-cidr wider than network.WIDEST_SSH
+    # what may scrape the hosts' metrics ports (Triton's, the exporters'): sg-..., pl-... or CIDRs
+    metrics_sources: tuple[str, ...] = ()
 
     def checked(self) -> tuple[FleetSpec, catalog.InstanceType]:
         check_fleet_name(self.fleet)
@@ -76,6 +78,8 @@ class FleetSpec:
         for uri, what in ((self.access.models_s3_uri, "--models-s3-uri"), (self.access.qa_reports_s3_uri, "--qa-s3-uri")):
             if uri:
                 iam.split_s3(uri, what)
+        for source in self.metrics_sources:
+            network.source_kind(source, allow_wide=self.allow_wide_ssh)
         spec = replace(self, instance_type=itype.name, triton_servers=servers,
                        ssh_cidr=network.check_cidr(self.ssh_cidr, self.allow_wide_ssh))
         return spec, itype
@@ -99,10 +103,13 @@ def _prepare(clients: Clients, spec: FleetSpec, itype: catalog.InstanceType, acc
     image = ami.resolve(clients, itype, spec.os_name, spec.ami, spec.ssh_user)
     echo(f"AMI {image.image_id} ({image.source}; ssh user {image.ssh_user})")
     net = network.resolve_network(clients, spec.subnets)
+    metric_ports = network.metrics_ports(spec.triton_servers or 0, itype.is_neuron, itype.is_gpu)
     group = network.ensure_security_group(clients, spec.fleet, net, spec.ssh_cidr, spec.triton_source_sg,
-                                          spec.triton_servers or 0)
+                                          spec.triton_servers or 0, spec.metrics_sources, metric_ports)
     echo(f"security group {group}: SSH from {spec.ssh_cidr}"
-         + (f", Triton ports from {spec.triton_source_sg}" if spec.triton_source_sg else ", no Triton ports open"))
+         + (f", Triton ports from {spec.triton_source_sg}" if spec.triton_source_sg else ", no Triton ports open")
+         + (f", metrics ports {', '.join(map(str, metric_ports))} from {', '.join(spec.metrics_sources)}"
+            if spec.metrics_sources else ", no metrics ports open"))
     key = keys.ensure_key_pair(clients, spec.fleet, spec.public_key, spec.key_dir)
     echo(f"key pair {key.name} ({key.origin}" + (f", private key {key.private_key})" if key.private_key else ")"))
     if key.origin == "created" and key.private_key is None:

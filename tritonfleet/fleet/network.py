@@ -11,6 +11,7 @@ others removed.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -79,11 +80,42 @@ def triton_port_ranges(servers: int) -> list[tuple[int, int]]:
 Rule = tuple[str, int, int, str, str]  # protocol, from, to, kind (cidr4|cidr6|sg), source
 
 
-def desired_rules(ssh_cidr: str, source_sg: str | None, servers: int) -> set[Rule]:
+#: The exporters' ports as the monitoring role sets them by default (monitoring_node_exporter_port,
+#: monitoring_neuron_exporter_port, monitoring_dcgm_port; tests/unit/test_mut_network.py checks they agree).
+NODE_EXPORTER_PORT, NEURON_EXPORTER_PORT, DCGM_EXPORTER_PORT = 9100, 9010, 9400
+
+
+def metrics_ports(servers: int, neuron: bool, gpu: bool) -> list[int]:
+    """What Prometheus scrapes on a host: each Triton server's metrics port, the node exporter, and the
+    Neuron or DCGM exporter."""
+    ports = [hi for _lo, hi in triton_port_ranges(servers)] + [NODE_EXPORTER_PORT]
+    return ports + ([NEURON_EXPORTER_PORT] if neuron else []) + ([DCGM_EXPORTER_PORT] if gpu else [])
+
+
+def source_kind(source: str, what: str = "--metrics-source", allow_wide: bool = False) -> tuple[str, str]:
+    """``(kind, source)`` of a rule's source: a security group (sg-...), a managed prefix list (pl-...) or a
+    CIDR (normalised; the whole internet refused, and wider than a /16 or /48 unless ``allow_wide``)."""
+    if re.fullmatch(r"sg-[0-9a-f]{8,17}", source):
+        return "sg", source
+    if re.fullmatch(r"pl-[0-9a-f]{8,17}", source):
+        return "pl", source
+    try:
+        cidr = check_cidr(source, allow_wide)
+    except FleetError as exc:
+        raise FleetError(str(exc).replace("--ssh-cidr", what).replace("--allow-wide-ssh", "--allow-wide-ssh (any "
+                         "source)") + "; or a security group sg-... or a prefix list pl-...") from None
+    return ("cidr6" if ":" in cidr else "cidr4"), cidr
+
+
+def desired_rules(ssh_cidr: str, source_sg: str | None, servers: int, metrics_sources: tuple[str, ...] = (),
+                  metric_ports: tuple[int, ...] | list[int] = ()) -> set[Rule]:
     kind = "cidr6" if ":" in ssh_cidr else "cidr4"
     rules: set[Rule] = {("tcp", 22, 22, kind, ssh_cidr)}
     if source_sg:
         rules |= {("tcp", lo, hi, "sg", source_sg) for lo, hi in triton_port_ranges(servers)}
+    for source in metrics_sources:
+        kind, value = source_kind(source, allow_wide=True)
+        rules |= {("tcp", port, port, kind, value) for port in metric_ports}
     return rules
 
 
@@ -93,7 +125,7 @@ def _current_rules(group: dict) -> dict[Rule, dict]:
     for perm in group.get("IpPermissions", []):
         key = (perm.get("IpProtocol", "-1"), perm.get("FromPort", -1), perm.get("ToPort", -1))
         for field, kind, source in (("IpRanges", "cidr4", "CidrIp"), ("Ipv6Ranges", "cidr6", "CidrIpv6"),
-                                    ("UserIdGroupPairs", "sg", "GroupId")):
+                                    ("UserIdGroupPairs", "sg", "GroupId"), ("PrefixListIds", "pl", "PrefixListId")):
             for item in perm.get(field, []):
                 single = {k: v for k, v in perm.items() if k in ("IpProtocol", "FromPort", "ToPort")}
                 out[(*key, kind, item[source])] = {**single, field: [item]}
@@ -103,7 +135,7 @@ def _current_rules(group: dict) -> dict[Rule, dict]:
 def _permission(rule: Rule, description: str | None = None) -> dict:
     proto, lo, hi, kind, source = rule
     entry = {"cidr4": ("IpRanges", "CidrIp"), "cidr6": ("Ipv6Ranges", "CidrIpv6"),
-             "sg": ("UserIdGroupPairs", "GroupId")}[kind]
+             "sg": ("UserIdGroupPairs", "GroupId"), "pl": ("PrefixListIds", "PrefixListId")}[kind]
     item = {entry[1]: source, **({"Description": description} if description else {})}
     return {"IpProtocol": proto, "FromPort": lo, "ToPort": hi, entry[0]: [item]}
 
@@ -115,8 +147,10 @@ def find_group(clients: Clients, fleet: str, vpc_id: str | None = None) -> dict 
 
 
 def ensure_security_group(clients: Clients, fleet: str, network: Network, ssh_cidr: str,
-                          source_sg: str | None, servers: int) -> str:
-    """Create or reconcile the fleet's security group; returns its id."""
+                          source_sg: str | None, servers: int, metrics_sources: tuple[str, ...] = (),
+                          metric_ports: tuple[int, ...] | list[int] = ()) -> str:
+    """Create or reconcile the fleet's security group (every ingress rule: SSH, Triton, the exporters;
+    rules it does not want are revoked, prefix-list ones included); returns its id."""
     ec2 = clients.ec2
     if source_sg and not source_sg.startswith("sg-"):
         raise FleetError(f"--triton-source-sg {source_sg!r}: expected a security group id sg-...")
@@ -135,7 +169,8 @@ def ensure_security_group(clients: Clients, fleet: str, network: Network, ssh_ci
             raise FleetError(f"cannot create security group {name}: {one_line(exc)}") from None
         group = {"GroupId": group_id, "IpPermissions": []}
     group_id = group["GroupId"]
-    want, have = desired_rules(ssh_cidr, source_sg, servers), _current_rules(group)
+    want = desired_rules(ssh_cidr, source_sg, servers, metrics_sources, metric_ports)
+    have = _current_rules(group)
     extra, missing = sorted(set(have) - want), sorted(want - set(have))
     try:
         if extra:
@@ -149,7 +184,9 @@ def ensure_security_group(clients: Clients, fleet: str, network: Network, ssh_ci
 
 
 def _describe(rule: Rule) -> str:
-    return "SSH (tritonfleet)" if rule[1] == 22 else f"Triton {rule[1]}-{rule[2]} (tritonfleet)"
+    if rule[1] == 22:
+        return "SSH (tritonfleet)"
+    return f"Triton {rule[1]}-{rule[2]} (tritonfleet)" if rule[1] != rule[2] else f"metrics {rule[1]} (tritonfleet)"
 
 
 def delete_security_groups(clients: Clients, fleet: str, *, timeout: float = 300, interval: float = 10,
