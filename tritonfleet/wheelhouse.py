@@ -32,9 +32,9 @@ from tritonfleet.templating import render
 
 #: Host Pythons the agent supports (README "Model repositories"); preflight refuses others.
 PYTHONS = ("3.9", "3.10", "3.11", "3.12")
-#: boto3 for the S3 sync; prometheus-client for AWS's neuron-monitor-prometheus.py (the monitoring role runs it
+#: boto3 for the S3 sync (botocore and s3transfer: imported directly too); prometheus-client for AWS's neuron-monitor-prometheus.py (the monitoring role runs it
 #: with the agent's Python on Neuron hosts). Both pure Python.
-REQUIREMENTS = ("boto3>=1.34,<2", "prometheus-client>=0.17,<1")
+REQUIREMENTS = ("boto3>=1.34,<2", "botocore>=1.34,<2", "s3transfer>=0.10,<0.20", "prometheus-client>=0.17,<1")
 #: The QA runner's extra (``tritonfleet-agent[qa]``): platform wheels, so built per host Python and machine.
 QA_REQUIREMENTS = ("numpy>=1.21,<2", "tritonclient[grpc]==2.51.*", "PyYAML>=5.4", "pydantic>=2.7,<3")
 #: ``[live]``: the gRPC client the sync's live reloads use (Triton's gRPC repository API: a load over HTTP holds
