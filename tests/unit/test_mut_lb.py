@@ -53,7 +53,7 @@ def unhealthy(**health):
     return {"TargetHealthDescriptions": [{"Target": {"Id": "i-1"}, "TargetHealth": health}]}
 
 
-def test_without_a_client_it_builds_one_for_the_region_with_standard_retries(monkeypatch):
+def test_without_a_client_it_builds_one_for_the_region_with_the_fleet_retries(monkeypatch):
     import boto3
 
     made = {}
@@ -65,7 +65,7 @@ def test_without_a_client_it_builds_one_for_the_region_with_standard_retries(mon
     monkeypatch.setattr(boto3, "client", client)
     TargetGroup(ARN, "eu-west-1")
     assert made["service"] == "elbv2" and made["region_name"] == "eu-west-1"
-    assert made["config"].retries == {"max_attempts": 10, "mode": "standard"}
+    assert made["config"].retries == {"total_max_attempts": 10, "mode": "adaptive"}
 
 
 def test_waiter_limits_default_and_floor():

@@ -60,8 +60,7 @@ def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoint
 
 
 def _asg(group: str, region: str | None, min_healthy: int, checkpoints: str, delay: int | None) -> None:
-    import boto3
-
+    from tritonfleet.fleet import aws
     from tritonfleet.fleet.refresh import start_refresh, wait_refresh
     from tritonfleet.fleet.tags import FleetError
 
@@ -69,7 +68,7 @@ def _asg(group: str, region: str | None, min_healthy: int, checkpoints: str, del
         points = [int(p) for p in checkpoints.split(",") if p.strip()]
     except ValueError:
         raise click.ClickException(f"--checkpoints {checkpoints}: expected percentages like 10,50") from None
-    client = boto3.client("autoscaling", region_name=region)
+    client = aws.client("autoscaling", region)
     try:
         refresh = start_refresh(client, group, min_healthy=min_healthy, checkpoints=points, checkpoint_delay=delay)
         click.echo(f"{group}: instance refresh {refresh} started", err=True)

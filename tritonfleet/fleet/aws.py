@@ -14,6 +14,26 @@ from tritonfleet.fleet.tags import FleetError
 
 T = TypeVar("T")
 
+#: Every AWS client of the fleet code retries (botocore's adaptive mode: the standard retries, plus a client
+#: side rate limit that backs off when AWS throttles), 10 attempts at most, each bounded in time, as SkyPilot's
+#: AWS provisioner configures its clients. A throttle that outlasts them is one line (:func:`one_line`).
+MAX_ATTEMPTS = 10
+THROTTLES = ("RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException",
+             "RequestThrottled", "SlowDown")
+
+
+def client_config() -> Any:
+    """The botocore ``Config`` of every fleet client (retries, timeouts)."""
+    from botocore.config import Config
+
+    return Config(retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "adaptive"}, connect_timeout=10,
+                  read_timeout=60)
+
+
+def client(service: str, region: str | None, session: Any = None) -> Any:
+    """A boto3 client with :func:`client_config` (``session``: boto3's default chain when None)."""
+    return (session or boto3).client(service, region_name=region, config=client_config())
+
 
 @dataclass
 class Clients:
@@ -35,7 +55,7 @@ class Clients:
             raise AttributeError(service)
         name = {"asg": "autoscaling"}.get(service, service)
         if name not in self._cache:
-            self._cache[name] = self.session.client(name, region_name=self.region)
+            self._cache[name] = client(name, self.region, self.session)
         return self._cache[name]
 
 
@@ -53,6 +73,11 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         err = exc.response.get("Error", {})
         text = f"{err.get('Code', 'Error')}: {err.get('Message', '')}"
+        if err.get("Code") in THROTTLES:
+            attempts = exc.response.get("ResponseMetadata", {}).get("RetryAttempts")
+            tried = f" after {attempts + 1} attempts" if isinstance(attempts, int) else ""
+            text = (f"AWS throttled the requests{tried} ({text}); run it again in a minute, or with fewer "
+                    "concurrent tritonfleet runs against this account and region")
     elif isinstance(exc, BotoCoreError):
         text = str(exc)
     else:

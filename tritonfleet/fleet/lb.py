@@ -22,12 +22,10 @@ class TargetGroupError(Exception):
 class TargetGroup:
     def __init__(self, arn: str, region: str | None = None, client=None, delay: float = 5,
                  attempts: int = 120) -> None:
-        import boto3
-        from botocore.config import Config
+        from tritonfleet.fleet import aws
 
         self.arn = arn
-        self.client = client or boto3.client("elbv2", region_name=region,
-                                             config=Config(retries={"max_attempts": 10, "mode": "standard"}))
+        self.client = client or aws.client("elbv2", region)
         self.waiter = {"Delay": max(1, int(delay)), "MaxAttempts": max(1, int(attempts))}
         try:
             group = self.client.describe_target_groups(TargetGroupArns=[arn])["TargetGroups"][0]
