@@ -176,6 +176,17 @@ def suggestion(key: str, known: Sequence[str], cutoff: float = 0.8) -> str | Non
     return close[0] if close else None
 
 
+#: Keys that were renamed or removed, and what to do instead (kubespray's ``removed_vars``): a host that still
+#: sets one gets a one-line error that says so, not "unknown setting". Keep entries for a release at least.
+RENAMED: dict[str, str] = {
+    # the models role took the S3 keys (the sandbox inventory and early host data set them without its prefix)
+    "s3_endpoint": "renamed to models_s3_endpoint",
+    "s3_region": "renamed to models_s3_region",
+    # the agent role took the agent's interpreter from the models role
+    "models_agent_python": "renamed to agent_python",
+}
+
+
 def split(data: Mapping[str, Any], roles: Sequence[Role]) -> tuple[dict[str, dict[str, Any]], list[tuple[str, str]]]:
     """``({role: {field: value}}, [(unknown key, suggestion)])``. A key with a role's prefix must be one of
     its fields; any other key that is a near miss of a known key is reported too. Other keys (users' own
@@ -186,6 +197,9 @@ def split(data: Mapping[str, Any], roles: Sequence[Role]) -> tuple[dict[str, dic
     unknown: list[tuple[str, str]] = []
     for key, value in data.items():
         if not isinstance(key, str) or key in TOP_LEVEL:
+            continue
+        if key in RENAMED:
+            unknown.append((key, RENAMED[key]))
             continue
         prefix, _, rest = key.partition("_")
         role = by_name.get(prefix)
@@ -374,7 +388,8 @@ def load_host_config(
 
     sections, unknown = split(merged, roles)
     for key, hint in unknown:
-        raise ConfigError(host, key, merged[key], f"unknown setting{hint}", secrets)
+        what = hint if key in RENAMED else f"unknown setting{hint}"
+        raise ConfigError(host, key, merged[key], what, secrets)
 
     try:
         imds = http_url(merged.get("imds_endpoint") or DEFAULT_IMDS) or DEFAULT_IMDS
