@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from tests.unit.test_agent_sync import bucket, endpoint, s3  # noqa: F401 (fixtures)
 from tritonfleet.agent import fetch
 from tritonfleet.agent.fetch import SPACE_MARGIN, MiB, _check_space, _Fetcher, _no_space, _size
 from tritonfleet.agent.manifest import Entry, SyncError
@@ -126,3 +127,68 @@ def test_parts_of_several_sizes_that_do_not_give_the_etag_are_a_mismatch(tmp_pat
     client = Parts(ETag=f'"{etag}"', ContentLength=10)
     result = _fetcher(tmp_path, client)._check(str(tmp_path / "f"), Entry(path="f", key="k", size=10, etag=etag))
     assert result == (hashlib.md5(good).hexdigest(), "multipart-md5")
+
+
+def test_uniform_parts_that_are_no_whole_mib_are_found_from_part_1(tmp_path):
+    """Parts of 5, 5 and 2 bytes: no MiB guess fits, so part 1's size (HeadObject PartNumber=1) gives the
+    uniform split, and the download is verified with it (not refused for want of a guess)."""
+    data = b"abcdefghijkl"
+    parts = [data[:5], data[5:10], data[10:]]
+    etag = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest() + "-3"
+    (tmp_path / "f").write_bytes(data)
+
+    class Parts(_Heads):
+        def head_object(self, **kwargs):
+            super().head_object(**kwargs)
+            return {**self.head, "ContentLength": 5} if kwargs.get("PartNumber") == 1 else self.head
+
+    client = Parts(ETag=f'"{etag}"', ContentLength=12)
+    result = _fetcher(tmp_path, client)._check(str(tmp_path / "f"), Entry(path="f", key="k", size=12, etag=etag))
+    assert result == (hashlib.md5(data).hexdigest(), "multipart-md5")
+    assert client.calls == [{"Bucket": "b", "Key": "k", "PartNumber": 1}]  # one head, for part 1 only
+
+
+def test_downloads_run_on_the_pool_the_options_ask_for(endpoint, s3, bucket, tmp_path, monkeypatch):  # noqa: F811
+    """--concurrency 2: at most two groups are fetched at once, on the pool's own (named) threads, and
+    s3transfer gets the same concurrency and the ranged-GET size as its threshold and chunk."""
+    import threading
+    import time
+
+    from s3transfer import manager as s3manager
+
+    from tests.unit.test_agent_sync import set_remote
+    from tritonfleet.agent import sync
+    from tritonfleet.agent.fetch import range_size
+
+    tree = {f"m/1/f{i}.bin": bytes([i]) * (1000 + i) for i in range(6)}
+    set_remote(s3, bucket, "repo", tree)
+    seen, inside, most, lock = [], [0], [0], threading.Lock()
+    group = _Fetcher._group
+
+    def counted(self, manager, entries):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            seen.append(threading.current_thread().name)
+        time.sleep(0.1)  # long enough for the others to start, if they may
+        try:
+            return group(self, manager, entries)
+        finally:
+            with lock:
+                inside[0] -= 1
+    monkeypatch.setattr(_Fetcher, "_group", counted)
+    configs = []
+    init = s3manager.TransferManager.__init__
+
+    def record(self, client, config=None, *args, **kwargs):
+        configs.append(config)
+        return init(self, client, config, *args, **kwargs)
+    monkeypatch.setattr(s3manager.TransferManager, "__init__", record)
+    opts = sync.Options(bucket=bucket, prefix="repo/", dest=str(tmp_path / "d"), endpoint_url=endpoint,
+                        concurrency=2)
+    result = sync.run(opts)
+    assert result.status == "synced" and result.downloaded == 6, result.error
+    assert most[0] == 2 and all(name.startswith("tf-fetch") for name in seen), (most, seen)
+    (config,) = configs
+    chunk = range_size(max(len(b) for b in tree.values()))
+    assert (config.max_request_concurrency, config.multipart_threshold, config.multipart_chunksize) == (2, chunk, chunk)
