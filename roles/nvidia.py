@@ -13,16 +13,8 @@ from pyinfra.api import deploy
 from roles import platform
 from roles.context import config_for
 from roles.operations.accelerators import verify_gpus
-from tritonfleet.config import (
-    MISSING,
-    FieldProblem,
-    HostConfig,
-    Role,
-    RoleSettings,
-    Version,
-    http_url,
-    package_name,
-)
+from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, Version, http_url
+from tritonfleet.config import package_name as _package_name
 from tritonfleet.fingerprints import fingerprint
 
 REPO_ID = "nvidia-container-toolkit"
@@ -44,7 +36,7 @@ class Settings(RoleSettings):
 
     _urls = field_validator("toolkit_apt_url", "toolkit_yum_url", "key_url")(lambda v: http_url(v))
     _fpr = field_validator("key_fingerprint")(lambda v: fingerprint(v))
-    _package = field_validator("driver_package")(lambda v: package_name(v, ("branch",)))
+    _package = field_validator("driver_package")(lambda v: _package_name(v, ("branch",)))
 
     @field_validator("driver_branch", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ sys.path.insert(0, str(HERE))  # genmodel_harness, served_models
 
 from genmodel_harness import TritonServer, layout_triton, pytriton_dist  # noqa: E402
 
+from tests.unit.test_agent_sync import bucket, endpoint, s3  # noqa: E402, F401 (moto: the live-reload tests' S3)
 from tritonfleet.genmodel.cli import gen_model  # noqa: E402
 
 STANDINS = HERE / "standins"

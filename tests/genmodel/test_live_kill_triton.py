@@ -29,15 +29,7 @@ from pathlib import Path
 import pytest
 from test_live_reload_triton import ExplicitTriton, header_file, model
 
-from tests.unit.test_agent_sync import (  # noqa: F401 (endpoint, s3, bucket: fixtures)
-    AWS_ENV,
-    ROOT,
-    bucket,
-    endpoint,
-    s3,
-    set_remote,
-    sync_args,
-)
+from tests.unit.test_agent_sync import AWS_ENV, ROOT, set_remote, sync_args
 
 pytestmark = pytest.mark.slow
 

@@ -26,15 +26,7 @@ from pathlib import Path
 import pytest
 from genmodel_harness import TritonServer, free_ports
 
-from tests.unit.test_agent_sync import (  # noqa: F401 (endpoint, s3, bucket: fixtures)
-    AWS_ENV,
-    agent,
-    bucket,
-    endpoint,
-    s3,
-    set_remote,
-    sync_args,
-)
+from tests.unit.test_agent_sync import AWS_ENV, agent, set_remote, sync_args
 
 pytestmark = pytest.mark.slow
 

@@ -13,18 +13,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from . import verify
 from .layout import Staging
 from .manifest import Entry, SyncError
 from .remote import Remote
-from .verify import (
-    EMPTY_MD5,
-    checksum_matches,
-    etag_parts,
-    full_object_checksum,
-    guess_parts,
-    hash_file,
-    uniform_parts,
-)
 
 if TYPE_CHECKING:
     from .sync import Options, Progress, Result
@@ -161,7 +153,7 @@ class _Fetcher:
                 with self._lock:
                     self.result.retries += 1
             self.remote.phase(f"downloading s3://{self.opts.bucket}/{entry.key}")
-            if entry.size == 0 and entry.etag.lower() == EMPTY_MD5:
+            if entry.size == 0 and entry.etag.lower() == verify.EMPTY_MD5:
                 open(tmp, "wb").close()  # nothing to fetch
             else:
                 try:
@@ -194,17 +186,17 @@ class _Fetcher:
         if size != entry.size:
             return f"downloaded {size} bytes, expected {entry.size}"
         etag = entry.etag.lower()
-        parts = etag_parts(etag)
+        parts = verify.etag_parts(etag)
         # multipart: first the part size SDKs use (whole MiB, the smallest giving N parts), which needs no
         # HeadObject; then the size of part 1 as S3 reports it
-        guess = guess_parts(entry.size, parts) if parts else None
-        md5, got = hash_file(path, guess or (self._uniform_parts(entry, parts) if parts else None))
+        guess = verify.guess_parts(entry.size, parts) if parts else None
+        md5, got = verify.hash_file(path, guess or (self._uniform_parts(entry, parts) if parts else None))
         if parts is not None and got == etag:
             return md5, "multipart-md5" if parts else "md5"
         if guess:
             sizes = self._uniform_parts(entry, parts)
             if sizes and sizes != guess:
-                md5, got = hash_file(path, sizes)
+                md5, got = verify.hash_file(path, sizes)
                 if got == etag:
                     return md5, "multipart-md5"
         # No match: a corrupt download, parts of several sizes, or an ETag that is no md5 at all
@@ -215,13 +207,13 @@ class _Fetcher:
             not head.get("SSECustomerAlgorithm")
         if parts is not None and etag_is_md5:
             exact = self._exact_parts(entry, parts) if parts else None
-            if exact and hash_file(path, exact)[1] == etag:
+            if exact and verify.hash_file(path, exact)[1] == etag:
                 return md5, "multipart-md5"
             return f"content does not match the ETag {entry.etag} (got {got})"
-        checksum = full_object_checksum(head)
+        checksum = verify.full_object_checksum(head)
         if checksum is None:
             return md5, "size"
-        if checksum_matches(path, *checksum):
+        if verify.checksum_matches(path, *checksum):
             return md5, checksum[0]
         return f"content does not match the object's {checksum[0]} checksum"
 
@@ -238,7 +230,7 @@ class _Fetcher:
         """Part sizes as SDKs upload: all the size of part 1 (HeadObject PartNumber=1) but the last."""
         if entry.key not in self._first_part:
             self._first_part[entry.key] = self._head(entry.key, part=1)["ContentLength"]
-        return uniform_parts(entry.size, self._first_part[entry.key], count)
+        return verify.uniform_parts(entry.size, self._first_part[entry.key], count)
 
     def _exact_parts(self, entry: Entry, count: int) -> list[int] | None:
         """Every part's size (a HeadObject each, once), when they differ from the uniform guess."""
