@@ -18,17 +18,6 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.unit.test_agent_live import SECRET, V1, V2, agent, set_remote, sync_args, update_to_v2
 from tests.unit.test_agent_sync import bucket, endpoint, s3  # noqa: F401 (fixtures)
-    SECRET,
-    V1,
-    V2,
-    agent,
-    bucket,
-    endpoint,
-    s3,
-    set_remote,
-    sync_args,
-    update_to_v2,
-)
 from tritonfleet.agent import live
 from tritonfleet.agent.cli import _server
 from tritonfleet.agent.manifest import SyncError
