@@ -23,7 +23,8 @@ class AgentState(FactBase[dict]):
 
     def process(self, output: list[str]) -> dict:
         lines = [line.strip() for line in output] + ["none"] * 3
-        return {"python": None if lines[0] == "none" else lines[0], "machine": lines[1] or None,
+        return {"python": None if lines[0] == "none" else lines[0],
+                "machine": None if lines[1] in ("", "none") else lines[1],  # output cut short: not known
                 "installed": None if lines[2] == "none" else lines[2]}
 
 
