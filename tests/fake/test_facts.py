@@ -73,3 +73,12 @@ def test_no_fact_reads_a_containers_command_line(name, cls):
         assert bad not in command, f"{name}.command reads {bad!r}"
     if "docker inspect" in command:
         assert "--format" in command or "-f " in command, f"{name}: docker inspect without --format"
+
+
+@pytest.mark.parametrize("name,cls", list(_facts()), ids=[n for n, _ in _facts()])
+def test_every_fact_has_its_table(name, cls):
+    """Every fact of roles/facts/ has case files, but pyinfra's own facts taken over as they are (pyinfra's
+    tests/facts/ holds theirs)."""
+    if cls.process is getattr(cls.__mro__[1], "process", None) and cls.__mro__[1].__module__.startswith("pyinfra."):
+        return
+    assert list((CASES / name).glob("*.json")), f"no tests/fake/facts/{name}/*.json"
