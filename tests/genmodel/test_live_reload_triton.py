@@ -258,7 +258,7 @@ def clients_during(server: ExplicitTriton, tmp_path: Path, prepare, update) -> d
 def test_a_live_update_holds_up_no_client_of_an_unchanged_model(fleet, tmp_path, endpoint, s3, bucket):  # noqa: F811
     """HTTP and gRPC clients at 60 requests a second each to ``steady`` while the agent updates ``moving``
     (a Python model: a load takes over a second here) three times: no request fails, and none is held up for
-    the load (none takes half as long as a load). Over HTTP, Triton 2.51 holds HTTP requests to other models
+    the load (none takes 3/4 of a load). Over HTTP, Triton 2.51 holds HTTP requests to other models
     for the whole load: the agent loads over gRPC. The p99 against the idle p99 is a benchmark's
     (``make bench-live``: a timing target, measured with the HTTP load as the peer in the same run)."""
     start, sync, switch, dest = fleet
@@ -286,7 +286,8 @@ def test_a_live_update_holds_up_no_client_of_an_unchanged_model(fleet, tmp_path,
         assert all(ok for _t, _lat, ok in out[proto]), proto
         assert len(during) >= 50 * sum(b - a for a, b in out["windows"]) * 0.9, (proto, len(during), out["windows"])
         slowest = max(lat for lat, _ok in during)
-        assert slowest < load / 2, (proto, slowest, load, loads)
+        assert slowest < 0.75 * load, (proto, slowest, load, loads)  # a stall is the whole load (a request
+        # that arrives as the load starts waits all of it); a busy machine alone delays one by far less
 
 
 def _load_seconds(server: ExplicitTriton) -> float:
