@@ -179,9 +179,6 @@ def suggestion(key: str, known: Sequence[str], cutoff: float = 0.8) -> str | Non
 #: Keys that were renamed or removed, and what to do instead (kubespray's ``removed_vars``): a host that still
 #: sets one gets a one-line error that says so, not "unknown setting". Keep entries for a release at least.
 RENAMED: dict[str, str] = {
-    # the models role took the S3 keys (the sandbox inventory and early host data set them without its prefix)
-    "s3_endpoint": "renamed to models_s3_endpoint",
-    "s3_region": "renamed to models_s3_region",
     # the agent role took the agent's interpreter from the models role
     "models_agent_python": "renamed to agent_python",
 }

@@ -147,9 +147,7 @@ def test_secret_values_are_never_echoed():
     assert "triton_shm_size" in str(exc.value) and value not in str(exc.value)
 
 
-@pytest.mark.parametrize("key, says", [("s3_endpoint", "renamed to models_s3_endpoint"),
-                                       ("s3_region", "renamed to models_s3_region"),
-                                       ("models_agent_python", "renamed to agent_python")])
+@pytest.mark.parametrize("key, says", [("models_agent_python", "renamed to agent_python")])
 def test_a_renamed_key_says_its_new_name(key, says):
     """kubespray's removed_vars: an old key is not "unknown", it names what to set instead."""
     with pytest.raises(ConfigError) as exc:

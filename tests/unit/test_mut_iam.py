@@ -115,7 +115,7 @@ class Session:
     def __init__(self, **services):
         self.services, self.made = services, []
 
-    def client(self, name, region_name=None):
+    def client(self, name, region_name=None, config=None):
         self.made.append((name, region_name))
         return self.services[name]
 
@@ -355,8 +355,10 @@ def test_ensure_turns_an_aws_error_into_one_line(op):
 
 def test_ensure_error_listing_policies_is_one_line():
     stub = Iam(role=role(), fail={"list_role_policies": client_error("Throttling", "slow down")})
-    with pytest.raises(FleetError, match=f"^IAM {NAME}: Throttling: slow down$"):
+    with pytest.raises(FleetError) as caught:
         iam.ensure_instance_profile(clients(stub), "prod", iam.Access())
+    assert str(caught.value) == (f"IAM {NAME}: AWS throttled the requests (Throttling: slow down); run it again "
+                                 "in a minute, or with fewer concurrent tritonfleet runs against this account and region")
 
 
 # ---- delete_instance_profile ----

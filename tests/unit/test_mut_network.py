@@ -82,7 +82,7 @@ class Session:
     def __init__(self, **services):
         self.services = services
 
-    def client(self, name, region_name=None):
+    def client(self, name, region_name=None, config=None):
         return self.services[name]
 
 

@@ -80,7 +80,9 @@ def test_start_errors_are_one_line():
 def test_describe_errors_are_one_line():
     with pytest.raises(FleetError) as info:
         describe_refresh(Asg(fail=client_error("Throttling", "slow down")), "g", "r-1")
-    assert str(info.value) == "g: cannot describe instance refresh r-1: Throttling: slow down"
+    assert str(info.value) == ("g: cannot describe instance refresh r-1: AWS throttled the requests (Throttling: "
+                               "slow down); run it again in a minute, or with fewer concurrent tritonfleet runs "
+                               "against this account and region")
     with pytest.raises(FleetError, match="^g: instance refresh r-1 not found$"):
         describe_refresh(Asg(found={}), "g", "r-1")
 
