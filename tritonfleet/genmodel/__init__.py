@@ -7,7 +7,8 @@ A validated, tested replacement for python_backend's `inferentia/scripts/gen_tri
 """
 
 from tritonfleet.genmodel.config import build_config, parse_text, to_text
-from tritonfleet.genmodel.spec import GenModelSpec, Report, SpecError, TensorSpec, TnxOptions, validate
+from tritonfleet.genmodel.spec import GenModelSpec, Report, SpecError, TensorSpec, TnxOptions
+from tritonfleet.genmodel.validation import validate
 from tritonfleet.genmodel.writer import Generated, generate, render_model_py, write
 
 __all__ = [

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tritonfleet import __version__
 from tritonfleet.genmodel.config import build_config, to_text
-from tritonfleet.genmodel.spec import GenModelSpec, Report, SpecError, validate
+from tritonfleet.genmodel.spec import GenModelSpec, Report, SpecError
+from tritonfleet.genmodel.validation import validate
 from tritonfleet.templating import render
 
 MODEL_TEMPLATE = "genmodel/model.py.j2"
