@@ -125,6 +125,16 @@ def test_the_url_scheme_picks_the_client():
     assert type(http_client) is live.Triton
 
 
+def test_a_sync_without_the_grpc_client_ends_in_one_line(setup, monkeypatch, capsys):
+    """The agent's own command line: no traceback when the live extra is missing, nothing switched."""
+    dest, triton, run, (client, name), v1 = setup
+    set_remote(client, name, "repo", V2)
+    monkeypatch.setitem(__import__("sys").modules, "tritonclient.grpc", None)
+    code, out, err = run()
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "the agent has no gRPC client" in err and os.readlink(dest / "current") == f"versions/{v1}"
+
+
 def test_without_the_grpc_client_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "tritonclient.grpc", None)
     with pytest.raises(SyncError, match=r"server a \(grpc://127.0.0.1:8001\): the agent has no gRPC client .*"

@@ -336,10 +336,10 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
         try:
             header = read_header(args.header_file) if args.header_file else None
-        except SyncError as exc:
+            live = Live([Server(n, u) for n, u in args.server], header, args.timeout)
+        except SyncError as exc:  # the header file, or no gRPC client for a grpc:// server
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 1
-        live = Live([Server(n, u) for n, u in args.server], header, args.timeout)
     line = _Line(sys.stderr) if not args.json and sys.stderr.isatty() else None
     try:
         result = run(opts, line, live)
