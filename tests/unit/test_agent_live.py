@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from tests.stubhttp import QuietHandler, serve
 from tests.unit.test_agent_sync import (  # noqa: F401 (endpoint, s3, bucket: fixtures)
     agent,
     bucket,
@@ -40,16 +39,9 @@ class FakeTriton:
         self.calls: list[tuple[str, str | None]] = []  # (path, header value)
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def _reply(self, code: int, body: dict | None = None) -> None:
-                data = json.dumps(body or {}).encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                super()._reply(code, json.dumps(body or {}).encode())
 
             def do_GET(self):  # noqa: N802
                 self._reply(200 if self.path == "/v2/health/ready" else 404)
@@ -72,9 +64,7 @@ class FakeTriton:
                 outer.loaded[model] = data
                 self._reply(200)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = serve(Handler)
 
     def loads(self) -> list[str]:
         return sorted(p.split("/")[4] + ":" + p.split("/")[5] for p, _ in self.calls)

@@ -5,8 +5,6 @@ that outlasts them ends in one line. A loopback server that always throttles sho
 from __future__ import annotations
 
 import ast
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import botocore.endpoint
@@ -14,6 +12,7 @@ import botocore.retries.bucket
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.stubhttp import QuietHandler, serve
 from tritonfleet.fleet import aws
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,21 +25,14 @@ def throttling():
     """An EC2 endpoint on loopback that throttles every request; ``calls`` counts them."""
     calls = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self):  # noqa: N802
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             calls.append(self.path)
-            self.send_response(503)
-            self.send_header("Content-Length", str(len(THROTTLED)))
-            self.end_headers()
-            self.wfile.write(THROTTLED)
+            self._reply(503, THROTTLED)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", calls
+    server, url = serve(Handler)
+    yield url, calls
     server.shutdown()
 
 

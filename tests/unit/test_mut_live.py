@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from tests.stubhttp import QuietHandler, serve
 from tritonfleet.agent.layout import Repo
 from tritonfleet.agent.live import PENDING, Live, Outcome, Server, Triton, read_header, switch_to
 from tritonfleet.agent.manifest import Entry, SyncError
@@ -43,16 +42,7 @@ class Stub:
         self.pending_seen: list[str | None] = []  # at each repository call: DIR/.reload-pending.json
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _reply(self, code: int, body: bytes = b"{}") -> None:
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(QuietHandler):
             def _record(self):
                 length = self.headers.get("Content-Length")
                 if length:
@@ -91,9 +81,7 @@ class Stub:
                         outer.loaded.pop(model, None)
                 self._reply(code, body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = serve(Handler)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -683,23 +683,13 @@ class Triton:
     """``/v2/health/ready`` and the repository API; the first load of a model in ``fail`` answers 400."""
 
     def __init__(self, fail: tuple[str, ...] = ()) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from tests.stubhttp import QuietHandler, serve
 
         self.requests: list[str] = []
         self.fail = set(fail)
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _reply(self, code: int, body: bytes = b"{}") -> None:
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802
                 outer.requests.append(f"GET {self.path}")
                 self._reply(200)
@@ -712,9 +702,7 @@ class Triton:
                     return self._reply(400, b'{"error": "broken"}')
                 self._reply(200)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = serve(Handler)
 
     def calls(self) -> list[str]:
         return [":".join(r.split("/")[4:6]) for r in self.requests if r.startswith("POST")]
