@@ -325,8 +325,11 @@ def test_corrupt_download_fails_after_retries_and_switches_nothing(endpoint, s3,
     assert versions(tmp_path) == [first["version"]] and read_tree(tmp_path / "current") == tree
 
 
-def test_object_replaced_during_sync_fails_the_sync(endpoint, s3, bucket, tmp_path, capsys, monkeypatch):
-    """Every GET is conditional on the listed ETag: an object replaced after the listing fails the sync."""
+@pytest.mark.parametrize("concurrency", ["1", "16"])
+def test_object_replaced_during_sync_fails_the_sync(endpoint, s3, bucket, tmp_path, capsys, monkeypatch,
+                                                    concurrency):
+    """Every GET is conditional on the listed ETag: an object replaced after the listing fails the sync, one
+    download at a time or many."""
     set_remote(s3, bucket, "repo", sample_tree(6))
     listing = sync.Remote.list
 
@@ -336,8 +339,8 @@ def test_object_replaced_during_sync_fails_the_sync(endpoint, s3, bucket, tmp_pa
         return out
 
     monkeypatch.setattr(sync.Remote, "list", list_then_replace)
-    code, out, err = agent(capsys, *sync_args(endpoint, bucket, tmp_path))
-    assert code == 1 and "changed in S3 while syncing" in out["error"], out["error"]
+    code, out, err = agent(capsys, *sync_args(endpoint, bucket, tmp_path, "--concurrency", concurrency))
+    assert code == 1 and "an object changed in S3 while syncing" in out["error"], out["error"]
     assert "HeadObject" not in out["requests"]  # the conditional GET failed; no download to check
     assert not (tmp_path / "current").exists() and versions(tmp_path) == []
 

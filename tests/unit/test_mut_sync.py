@@ -472,21 +472,6 @@ def test_a_download_that_never_matches_fails_after_the_retries(endpoint, s3, buc
     assert "a/1/x" not in journal and sorted(journal) == sorted(journal) and set(journal) <= set(TREE)
 
 
-def test_an_object_replaced_after_the_listing_fails_the_sync(endpoint, s3, bucket, tmp_path, monkeypatch):
-    set_remote(s3, bucket, TREE)
-    listing = sync.Remote.list
-
-    def list_then_replace(self, b, prefix):
-        out = listing(self, b, prefix)
-        put(s3, bucket, "repo/b/1/y", b"replaced")
-        return out
-
-    monkeypatch.setattr(sync.Remote, "list", list_then_replace)
-    r = go(endpoint, bucket, tmp_path, concurrency=1)
-    assert r.status == "failed" and "an object changed in S3 while syncing" in r.error
-    assert "HeadObject" not in r.requests and not (tmp_path / "current").exists()
-
-
 def test_an_unreachable_endpoint_is_one_line(tmp_path, monkeypatch):
     for name, value in AWS_ENV.items():
         monkeypatch.setenv(name, value)
