@@ -16,11 +16,10 @@ from pydantic import Field, field_validator
 from pyinfra import host
 from pyinfra.api import deploy
 
+from roles import operations as ops
 from roles.context import config_for
 from roles.facts.models import AgentState
 from roles.models import sync_mode
-from roles.operations.files import sync_tree
-from roles.operations.models import agent_install
 from tritonfleet import hostcontract as hc
 from tritonfleet import wheelhouse
 from tritonfleet.config import FieldProblem, HostConfig, Role, RoleSettings, matching
@@ -124,8 +123,9 @@ def _install(cfg: HostConfig, qa: bool) -> None:
     state = _state(host, cfg)
     wh = _wheelhouse(cfg, state)
     if state["installed"] != wh.digest:
-        sync_tree(name="Host agent wheelhouse", src=str(wh.path), dest=hc.WHEELHOUSE_DIR, exclude_suffixes=("DONE",))
+        ops.files.sync_tree(name="Host agent wheelhouse", src=str(wh.path), dest=hc.WHEELHOUSE_DIR,
+                            exclude_suffixes=("DONE",))
     wanted_extras = extras(cfg, state["python"])
     requirement = f"{wheelhouse.PACKAGE}{f'[{wanted_extras}]' if wanted_extras else ''}=={wh.version}"
-    agent_install(name=f"Host agent ({requirement})", python=cfg.agent.python, venv=hc.AGENT_VENV,
-                  wheelhouse=hc.WHEELHOUSE_DIR, digest=wh.digest, requirement=requirement)
+    ops.models.agent_install(name=f"Host agent ({requirement})", python=cfg.agent.python, venv=hc.AGENT_VENV,
+                             wheelhouse=hc.WHEELHOUSE_DIR, digest=wh.digest, requirement=requirement)

@@ -7,10 +7,9 @@ import re
 from pydantic import Field, field_validator
 from pyinfra.api import deploy
 
+from roles import operations as ops
 from roles import platform
 from roles.context import config_for
-from roles.operations.files import managed_files, writable_dirs
-from roles.operations.system import hide_other_users_processes
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import Role, RoleSettings, package_name
 from tritonfleet.templating import render
@@ -42,10 +41,10 @@ ROLE = Role("base", Settings, "the tools the other roles use, memlock limit", or
 @deploy("Base")
 def base() -> None:
     cfg = config_for()
-    writable_dirs(name="tritonfleet directories writable", paths=[hc.STATE_DIR, hc.OPT_DIR])
+    ops.files.writable_dirs(name="tritonfleet directories writable", paths=[hc.STATE_DIR, hc.OPT_DIR])
     platform.install("Baseline packages", cfg.base.packages)
     if cfg.base.hide_processes:
-        hide_other_users_processes(name="Other users' processes hidden (/proc hidepid)")
-    managed_files(name="memlock limit", files={
+        ops.system.hide_other_users_processes(name="Other users' processes hidden (/proc hidepid)")
+    ops.files.managed(name="memlock limit", files={
         "/etc/security/limits.d/90-tritonfleet-memlock.conf": render("base/limits-memlock.conf.j2",
-                                                                     limit=cfg.base.memlock_limit)})
+                                                                         limit=cfg.base.memlock_limit)})

@@ -7,11 +7,10 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
+from roles import operations as ops
 from roles import platform
 from roles.context import config_for
 from roles.facts.packages import InstalledPackages
-from roles.operations.files import managed_files
-from roles.operations.services import services
 from tritonfleet.config import HostConfig, Limit, Role, RoleSettings, absolute_path, matching, package_name
 from tritonfleet.templating import render
 
@@ -72,8 +71,8 @@ def docker() -> None:
         platform.install("Docker engine package", [cfg.docker.package or "docker"])
     if cfg.docker.data_root:
         files.directory(name="Docker data-root", path=cfg.docker.data_root, mode="711")
-    daemon_json = managed_files(name="daemon.json", files={
+    daemon_json = ops.files.managed(name="daemon.json", files={
         "/etc/docker/daemon.json": render("docker/daemon.json.j2", config=daemon_config(cfg))})
-    services(name="Docker running and enabled", units=[DOCKER_UNIT], running=True, enabled=True)
-    services(name="Restart Docker for the new daemon.json", units=[DOCKER_UNIT], restarted=True,
-             _if=daemon_json.did_change)
+    ops.services.units(name="Docker running and enabled", units=[DOCKER_UNIT], running=True, enabled=True)
+    ops.services.units(name="Restart Docker for the new daemon.json", units=[DOCKER_UNIT], restarted=True,
+                       _if=daemon_json.did_change)

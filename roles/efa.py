@@ -9,8 +9,8 @@ from pydantic import Field, field_validator
 from pyinfra import host
 from pyinfra.api import deploy
 
+from roles import operations as ops
 from roles.context import config_for
-from roles.operations.accelerators import efa_installer
 from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, http_url
 from tritonfleet.fingerprints import fingerprint
 
@@ -59,5 +59,6 @@ def efa() -> None:
         host.noop(f"{cfg.instance.name}: no EFA")
         return
     e: Settings = cfg.efa
-    efa_installer(name="EFA (installer signature verified)", installer_url=e.installer_url,
-                  signature_url=e.effective_signature_url(), key_url=e.key_url, fingerprint=e.key_fingerprint)
+    ops.accelerators.efa_installer(name="EFA (installer signature verified)", installer_url=e.installer_url,
+                                   signature_url=e.effective_signature_url(), key_url=e.key_url,
+                                   fingerprint=e.key_fingerprint)

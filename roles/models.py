@@ -19,12 +19,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
+from roles import operations as ops
 from roles.context import config_for
 from roles.facts.files import FileDigests
-from roles.operations.files import managed_files, secret_file, sync_tree
-from roles.operations.models import model_sync, models_switch
-from roles.operations.qa import daemon_reload, remove_paths
-from roles.operations.services import services
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
     DEFAULT_IMDS,
@@ -167,20 +164,21 @@ def _verify_schedule(cfg: HostConfig) -> None:
     if not m.s3_verify_schedule:
         # one fact (the unit files' digests, which remove_paths reads too) on a host that never had a timer
         if host.get_fact(FileDigests, paths=VERIFY_UNIT_FILES):
-            services(name="Scheduled model verify stopped", units=[f"{VERIFY_UNIT}.timer"], running=False,
-                     enabled=False)
-        remove_paths(name="Scheduled model verify removed", paths=list(VERIFY_UNIT_FILES))
+            ops.services.units(name="Scheduled model verify stopped", units=[f"{VERIFY_UNIT}.timer"],
+                               running=False, enabled=False)
+        ops.qa.remove_paths(name="Scheduled model verify removed", paths=list(VERIFY_UNIT_FILES))
         return
     command = " ".join(shlex.quote(c) for c in sync_command(cfg, verify=True))
-    units = managed_files(name="Scheduled model verify: service and timer", files={
+    units = ops.files.managed(name="Scheduled model verify: service and timer", files={
         VERIFY_UNIT_FILES[0]: render("models/tritonfleet-models-verify.service.j2", command=command,
-                                     timeout=m.s3_deadline + m.s3_lock_wait + 600),
+                                         timeout=m.s3_deadline + m.s3_lock_wait + 600),
         VERIFY_UNIT_FILES[1]: render("models/tritonfleet-models-verify.timer.j2", calendar=m.s3_verify_schedule),
     })
-    daemon_reload(name="systemd reads the changed verify units", _if=units.did_change)
-    services(name="Verify timer restarted with its new schedule", units=[f"{VERIFY_UNIT}.timer"], restarted=True,
-             _if=units.did_change)
-    services(name="Verify timer enabled and started", units=[f"{VERIFY_UNIT}.timer"], running=True, enabled=True)
+    ops.qa.daemon_reload(name="systemd reads the changed verify units", _if=units.did_change)
+    ops.services.units(name="Verify timer restarted with its new schedule", units=[f"{VERIFY_UNIT}.timer"],
+                       restarted=True, _if=units.did_change)
+    ops.services.units(name="Verify timer enabled and started", units=[f"{VERIFY_UNIT}.timer"], running=True,
+                       enabled=True)
 
 
 def repository_header(cfg: HostConfig) -> str | None:
@@ -195,9 +193,10 @@ def _s3_sync(cfg: HostConfig) -> None:
     """The agent (installed by the agent role) syncs; the header file lets it reload the servers."""
     header = repository_header(cfg)
     if header and cfg.triton.model_control_mode == "explicit":
-        secret_file(name="Triton repository API header (root only)", path=hc.REPOSITORY_HEADER_FILE,
-                    content=header)
-    model_sync(name=f"Model repository from {cfg.models.s3_uri}", command=sync_command(cfg, cfg.models.s3_verify))
+        ops.files.secret(name="Triton repository API header (root only)", path=hc.REPOSITORY_HEADER_FILE,
+                         content=header)
+    ops.models.sync(name=f"Model repository from {cfg.models.s3_uri}",
+                    command=sync_command(cfg, cfg.models.s3_verify))
     _verify_schedule(cfg)
 
 
@@ -214,11 +213,12 @@ def models() -> None:
     elif m.source:
         # A killed upload leaves a partial file in the staging copy only; the live repository is switched
         # from a complete copy, file by file with renames.
-        sync_tree(name="Model repository (staged from the controller)", src=m.source, dest=hc.MODELS_STAGING)
+        ops.files.sync_tree(name="Model repository (staged from the controller)", src=m.source,
+                            dest=hc.MODELS_STAGING)
         # A new host's empty repository is filled now; a serving host's is switched by the triton role once
         # its containers pass their health gate, then each changed model is reloaded (and restored if it
         # fails), so a bad model never takes a server down.
-        models_switch(name="Model repository (first fill)", staging=hc.MODELS_STAGING, live=m.dir,
-                      previous=hc.MODELS_PREVIOUS, only_if_empty=True)
+        ops.models.switch_staged(name="Model repository (first fill)", staging=hc.MODELS_STAGING, live=m.dir,
+                                 previous=hc.MODELS_PREVIOUS, only_if_empty=True)
     else:
         host.noop("neither models_s3_uri nor models_source is set; the model repository is managed elsewhere")

@@ -26,14 +26,10 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
+from roles import operations as ops
 from roles import platform
 from roles.agent import install_for
 from roles.context import config_for
-from roles.operations.docker import docker_image
-from roles.operations.files import managed_files
-from roles.operations.monitoring import exporter_container
-from roles.operations.qa import daemon_reload, remove_paths
-from roles.operations.services import services
 from roles.preflight import PreflightError
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
@@ -207,7 +203,7 @@ def _node_exporter(cfg: HostConfig) -> None:
     if cfg.platform.packaged("node-exporter"):
         platform.install("node exporter package", ["node-exporter"])
         binary = "/usr/bin/prometheus-node-exporter"
-        unit = managed_files(name="node exporter listen address and textfile directory", files={
+        unit = ops.files.managed(name="node exporter listen address and textfile directory", files={
             NODE_DROPIN: render("monitoring/node-exporter-dropin.conf.j2", binary=binary, args=args)})
     else:
         tarball = posixpath.join(hc.OPT_DIR, posixpath.basename(m.node_exporter_url))
@@ -215,7 +211,7 @@ def _node_exporter(cfg: HostConfig) -> None:
                                  dest=tarball, sha256sum=m.node_exporter_sha256)
         binary = server.shell(name="node exporter binary from the release", _if=fetched.did_change, commands=[
             f"tar -xzf {shlex.quote(tarball)} -C /usr/local/bin --strip-components=1 --wildcards '*/node_exporter'"])
-        unit = managed_files(name="node exporter unit", files={
+        unit = ops.files.managed(name="node exporter unit", files={
             NODE_UNIT_FILE: render("monitoring/node-exporter.service.j2", binary=NODE_BINARY, args=args)})
         _running("node exporter", NODE_UNIT, unit, binary)
         return
@@ -226,31 +222,31 @@ def _running(what: str, unit_name: str, unit, *more) -> None:
     """The unit re-read and restarted when its file (``unit``) or anything in ``more`` changed, then running and
     enabled."""
     changed = [unit, *more]
-    daemon_reload(name=f"systemd reads the {what}'s unit", _if=unit.did_change)
-    services(name=f"{what} restarted with its new settings", units=[unit_name], restarted=True,
-             _if=lambda: any(op.did_change() for op in changed))
-    services(name=f"{what} running and enabled", units=[unit_name], running=True, enabled=True)
+    ops.qa.daemon_reload(name=f"systemd reads the {what}'s unit", _if=unit.did_change)
+    ops.services.units(name=f"{what} restarted with its new settings", units=[unit_name], restarted=True,
+                       _if=lambda: any(op.did_change() for op in changed))
+    ops.services.units(name=f"{what} running and enabled", units=[unit_name], running=True, enabled=True)
 
 
 def _neuron_exporter(cfg: HostConfig) -> None:
     m: Settings = cfg.monitoring
     install_for(cfg, "monitoring_neuron_exporter", True)  # its Python runs neuron-monitor-prometheus.py
-    unit = managed_files(name="neuron-monitor config and service", files={
+    unit = ops.files.managed(name="neuron-monitor config and service", files={
         NEURON_CONFIG: json.dumps(neuron_monitor_config(m), indent=2) + "\n",
         NEURON_UNIT_FILE: render("monitoring/neuron-monitor.service.j2", bin=NEURON_BIN, config=NEURON_CONFIG,
-                                 python=f"{hc.AGENT_VENV}/bin/python", port=m.neuron_exporter_port),
+                                     python=f"{hc.AGENT_VENV}/bin/python", port=m.neuron_exporter_port),
     })
     _running("Neuron monitor", NEURON_UNIT, unit)
 
 
 def _dcgm_exporter(cfg: HostConfig) -> None:
     m: Settings = cfg.monitoring
-    docker_image(name=f"DCGM exporter image {m.dcgm_image}", image=m.dcgm_image, source=m.dcgm_image_source,
-                 archive=m.dcgm_image_archive)
+    ops.docker.image(name=f"DCGM exporter image {m.dcgm_image}", image=m.dcgm_image,
+                     source=m.dcgm_image_source, archive=m.dcgm_image_archive)
     args = dcgm_run_args(cfg)
     spec = hashlib.sha256(json.dumps([m.dcgm_image, args]).encode()).hexdigest()[:16]
-    exporter_container(name="DCGM exporter container", container=DCGM_CONTAINER, image=m.dcgm_image,
-                       run_args=args, spec_hash=spec)
+    ops.monitoring.exporter_container(name="DCGM exporter container", container=DCGM_CONTAINER,
+                                      image=m.dcgm_image, run_args=args, spec_hash=spec)
 
 
 @deploy("Monitoring")
@@ -267,14 +263,16 @@ def monitoring() -> None:
     if "neuron" in wanted:
         _neuron_exporter(cfg)
     elif cfg.instance.is_neuron:
-        services(name="Neuron monitor stopped (monitoring_neuron_exporter is off)", units=[NEURON_UNIT],
-                 running=False, enabled=False)
-        remove_paths(name="Neuron monitor unit and config removed", paths=[NEURON_UNIT_FILE, NEURON_CONFIG])
+        ops.services.units(name="Neuron monitor stopped (monitoring_neuron_exporter is off)",
+                           units=[NEURON_UNIT], running=False, enabled=False)
+        ops.qa.remove_paths(name="Neuron monitor unit and config removed",
+                            paths=[NEURON_UNIT_FILE, NEURON_CONFIG])
     if "dcgm" in wanted:
         _dcgm_exporter(cfg)
     elif cfg.instance.is_gpu:
-        exporter_container(name="DCGM exporter container removed (monitoring_dcgm_exporter is off)",
-                           container=DCGM_CONTAINER, present=False)
+        ops.monitoring.exporter_container(
+            name="DCGM exporter container removed (monitoring_dcgm_exporter is off)", container=DCGM_CONTAINER,
+            present=False)
     if not wanted:
         host.noop("no exporter is enabled for this host")
 

@@ -8,12 +8,10 @@ from pydantic import Field, field_validator, model_validator
 from pyinfra import host
 from pyinfra.api import deploy
 
+from roles import operations as ops
 from roles import platform
 from roles.context import config_for
 from roles.facts.system import KernelVersion
-from roles.operations.accelerators import verify_neuron_devices
-from roles.operations.files import managed_files
-from roles.operations.services import services
 from tritonfleet import compat
 from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, Version, http_url
 from tritonfleet.fingerprints import fingerprint
@@ -143,14 +141,15 @@ def neuron() -> None:
     platform.signed_repo("Neuron", REPO_ID, key_url=n.effective_key_url(), fingerprint=n.key_fingerprint,
                          apt_url=n.apt_url, apt_suite=n.apt_suite, yum_url=n.yum_url)
     if n.remove_legacy:
-        services(name="Stop legacy neuron-rtd", units=["neuron-rtd.service"], running=False)
+        ops.services.units(name="Stop legacy neuron-rtd", units=["neuron-rtd.service"], running=False)
         platform.remove("Remove legacy Neuron packages", LEGACY_PACKAGES)
     if n.kernel_headers:
         platform.install("Kernel headers for the running kernel", ["kernel-headers"], kernel=kernel)
     platform.install("Neuron driver and tools (pinned)", package_pins(cfg))
-    managed_files(name="neuron module at boot, Neuron tools on PATH", files={
+    ops.files.managed(name="neuron module at boot, Neuron tools on PATH", files={
         "/etc/modules-load.d/neuron.conf": "neuron\n",
         "/etc/profile.d/neuron.sh": render("neuron/profile.sh.j2", bin_dir=NEURON_BIN)})
-    verify_neuron_devices(name="Neuron devices match the instance type", instance_type=cfg.instance.name,
-                          expected=cfg.instance.device_count,
-                          headers_package=cfg.platform.package("kernel-headers", kernel=kernel))
+    ops.accelerators.verify_neuron_devices(
+        name="Neuron devices match the instance type", instance_type=cfg.instance.name,
+        expected=cfg.instance.device_count,
+        headers_package=cfg.platform.package("kernel-headers", kernel=kernel))

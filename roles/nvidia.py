@@ -10,9 +10,9 @@ from pydantic import Field, field_validator
 from pyinfra import host
 from pyinfra.api import deploy
 
+from roles import operations as ops
 from roles import platform
 from roles.context import config_for
-from roles.operations.accelerators import verify_gpus
 from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, Version, http_url
 from tritonfleet.config import package_name as _package_name
 from tritonfleet.fingerprints import fingerprint
@@ -72,5 +72,5 @@ def nvidia() -> None:
     driver = n.driver_package.format(branch=n.driver_branch) if n.driver_package else "nvidia-driver"
     platform.install("NVIDIA driver", [driver], branch=n.driver_branch)
     platform.install("nvidia-container-toolkit", {TOOLKIT: n.toolkit_version})
-    verify_gpus(name="GPUs match the instance type", instance_type=cfg.instance.name,
-                expected=cfg.instance.device_count)
+    ops.accelerators.verify_gpus(name="GPUs match the instance type", instance_type=cfg.instance.name,
+                                 expected=cfg.instance.device_count)

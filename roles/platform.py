@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from roles import operations as ops
 from roles.context import config_for
-from roles.operations.files import managed_files
-from roles.operations.keys import keyring
-from roles.operations.packages import packages
 from tritonfleet.platforms import Platform
 from tritonfleet.templating import render
 
@@ -35,12 +33,12 @@ def install(name: str, logical: list[str] | Mapping[str, str | None], **fmt: str
     real.pop(None, None)
     if not real:
         return None
-    return packages(name=name, pins=real, family=p.family)
+    return ops.packages.install(name=name, pins=real, family=p.family)
 
 
 def remove(name: str, names: list[str]):
     """Remove packages (real names) where installed."""
-    return packages(name=name, pins=dict.fromkeys(names), family=current().family, present=False)
+    return ops.packages.install(name=name, pins=dict.fromkeys(names), family=current().family, present=False)
 
 
 def keyring_path(repo_id: str) -> str:
@@ -63,14 +61,16 @@ def signed_repo(title: str, repo_id: str, *, key_url: str, fingerprint: str, apt
     p = current()
     key = keyring_path(repo_id)
     if p.family == "apt":
-        keyring(name=f"{title} key (fingerprint checked)", src=key_url, dest=key, fingerprint=fingerprint)
+        ops.keys.keyring(name=f"{title} key (fingerprint checked)", src=key_url, dest=key,
+                         fingerprint=fingerprint)
         suite = apt_suite or p.codename
         line = f"deb [signed-by={key}] {apt_url} {suite}" + ("" if suite.endswith("/") else f" {apt_components}")
-        managed_files(name=f"{title} apt repository", files={f"/etc/apt/sources.list.d/{repo_id}.list": line + "\n"})
+        ops.files.managed(name=f"{title} apt repository",
+                          files={f"/etc/apt/sources.list.d/{repo_id}.list": line + "\n"})
     else:
-        keyring(name=f"{title} key (fingerprint checked)", src=key_url, dest=key, fingerprint=fingerprint,
-                armored=True)
-        managed_files(name=f"{title} dnf repository", files={f"/etc/yum.repos.d/{repo_id}.repo": render(
+        ops.keys.keyring(name=f"{title} key (fingerprint checked)", src=key_url, dest=key,
+                         fingerprint=fingerprint, armored=True)
+        ops.files.managed(name=f"{title} dnf repository", files={f"/etc/yum.repos.d/{repo_id}.repo": render(
             "repos/dnf.repo.j2", repo_id=repo_id, title=title, url=yum_url, key_path=key, gpgcheck=gpgcheck,
             repo_gpgcheck=repo_gpgcheck, owner="tritonfleet")})
 

@@ -23,10 +23,8 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files, python
 
+from roles import operations as ops
 from roles.context import config_for
-from roles.operations.files import managed_files, sync_tree
-from roles.operations.qa import daemon_reload, qa_run, remove_paths
-from roles.operations.services import services
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import DEFAULT_IMDS, FieldProblem, HostConfig, Role, RoleSettings, http_url, matching
 from tritonfleet.face.qa import QAFailed, fleet_table
@@ -103,7 +101,7 @@ def _suites(cfg: HostConfig) -> bool:
     if not cfg.qa.suites:
         host.noop("qa_suites is not set: no QA suites for this host")
         return False
-    sync_tree(name="QA suites", src=cfg.qa.suites, dest=SUITES_DIR)
+    ops.files.sync_tree(name="QA suites", src=cfg.qa.suites, dest=SUITES_DIR)
     return True
 
 
@@ -113,8 +111,8 @@ def qa() -> None:
     if not _suites(cfg):
         return
     stamp = run_stamp()
-    qa_run(name=f"QA suites on {len(cfg.triton.placements)} server(s)", command=run_command(cfg, stamp),
-           timeout=cfg.qa.timeout)
+    ops.qa.run(name=f"QA suites on {len(cfg.triton.placements)} server(s)", command=run_command(cfg, stamp),
+               timeout=cfg.qa.timeout)
     local = os.path.join(cfg.qa.reports_dir, host.name)
     for ext in ("json", "xml"):
         files.get(name=f"QA report ({ext})", src=f"{REPORTS_DIR}/{stamp}.{ext}",
@@ -155,23 +153,24 @@ def qa_schedule() -> None:
     script = render("qa/qa-scheduled.sh.j2", run=run_command(cfg, None), agent=hc.AGENT, reports=REPORTS_DIR,
                     s3=s3, endpoint=q.reports_s3_endpoint, region=q.reports_s3_region,
                     textfile=posixpath.join(textfile_dir(cfg), TEXTFILE))
-    units = managed_files(name="QA service, timer and script", files={
+    units = ops.files.managed(name="QA service, timer and script", files={
         SCHEDULED_SCRIPT: script,
         UNIT_FILES[0]: render("qa/tritonfleet-qa.service.j2", script=SCHEDULED_SCRIPT, timeout=q.timeout,
-                              environment=_environment(cfg)),
+                                  environment=_environment(cfg)),
         UNIT_FILES[1]: render("qa/tritonfleet-qa.timer.j2", calendar=q.schedule, delay=q.schedule_random_delay),
     })
     files.directory(name="node_exporter textfile directory", path=textfile_dir(cfg), mode="755")
-    daemon_reload(name="systemd reads the changed QA units", _if=units.did_change)
-    services(name="QA timer restarted with its new schedule", units=[f"{UNIT}.timer"], restarted=True,
-             _if=units.did_change)
-    services(name="QA timer enabled and started", units=[f"{UNIT}.timer"], running=True, enabled=True)
+    ops.qa.daemon_reload(name="systemd reads the changed QA units", _if=units.did_change)
+    ops.services.units(name="QA timer restarted with its new schedule", units=[f"{UNIT}.timer"],
+                       restarted=True, _if=units.did_change)
+    ops.services.units(name="QA timer enabled and started", units=[f"{UNIT}.timer"], running=True,
+                       enabled=True)
 
 
 @deploy("QA unschedule")
 def qa_unschedule() -> None:
     cfg = config_for()
-    services(name="QA timer stopped and disabled", units=[f"{UNIT}.timer", f"{UNIT}.service"], running=False,
-             enabled=False)
-    remove_paths(name="QA units, script and metrics removed", paths=[*UNIT_FILES, SCHEDULED_SCRIPT,
-                                                                     posixpath.join(textfile_dir(cfg), TEXTFILE)])
+    ops.services.units(name="QA timer stopped and disabled", units=[f"{UNIT}.timer", f"{UNIT}.service"],
+                       running=False, enabled=False)
+    ops.qa.remove_paths(name="QA units, script and metrics removed",
+                        paths=[*UNIT_FILES, SCHEDULED_SCRIPT, posixpath.join(textfile_dir(cfg), TEXTFILE)])

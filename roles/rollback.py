@@ -20,10 +20,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from roles import models as models_role
+from roles import operations as ops
 from roles.context import config_for
 from roles.facts.docker import DockerState
-from roles.operations import triton as ops
-from roles.operations.models import model_switch
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import Role, RoleSettings
 
@@ -86,11 +85,12 @@ def rollback() -> None:
             continue
         target = _target(docker["records"], name, spec)
         if target is None:
-            ops.refuse(name=f"Triton server {name} back to spec {spec}",
-                       message=f"{name}: the host record holds no spec {spec} to roll back to")
+            ops.triton.refuse(name=f"Triton server {name} back to spec {spec}",
+                              message=f"{name}: the host record holds no spec {spec} to roll back to")
             continue
-        ops.triton_container(name=f"Triton server {name} back to spec {spec}", container=name, image=target.image,
-                             spec_hash=target.spec, run_args=_unredact(target.run_args, t.repository_secret),
+        ops.triton.container(name=f"Triton server {name} back to spec {spec}", container=name,
+                             image=target.image, spec_hash=target.spec,
+                             run_args=_unredact(target.run_args, t.repository_secret),
                              command=_unredact(target.command, t.repository_secret),
                              url=urls.get(name, "http://127.0.0.1:8000"), models=[], timeout=t.health_timeout,
                              secret=t.repository_secret)
@@ -101,6 +101,6 @@ def rollback() -> None:
             cmd += [a for p in t.placements for a in ("--server", f"{p.name}={p.local_grpc_url}")]
             if models_role.repository_header(cfg):
                 cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
-        model_switch(name=f"Model repository back to {point.models_version}", dest=cfg.models.dir,
-                     version=point.models_version, command=cmd)
+        ops.models.switch_version(name=f"Model repository back to {point.models_version}", dest=cfg.models.dir,
+                                  version=point.models_version, command=cmd)
 

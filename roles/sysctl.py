@@ -9,8 +9,8 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from roles import operations as ops
 from roles.context import config_for
-from roles.operations.files import managed_files
 from tritonfleet.config import Role, RoleSettings
 
 CONF = "/etc/sysctl.d/90-tritonfleet.conf"
@@ -39,6 +39,6 @@ def sysctl() -> None:
     if not params:
         host.noop("no kernel parameters set")
         return
-    conf = managed_files(name="sysctl.d file", files={
+    conf = ops.files.managed(name="sysctl.d file", files={
         CONF: "# Managed by tritonfleet (roles/sysctl.py)\n" + "".join(f"{k} = {v}\n" for k, v in sorted(params.items()))})
     server.shell(name="Apply kernel parameters", commands=[f"sysctl -q -p {CONF}"], _if=conf.did_change)

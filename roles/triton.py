@@ -25,13 +25,11 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles import models as models_role
+from roles import operations as ops
 from roles import platform
 from roles.context import config_for
 from roles.neuron import REPO_ID as NEURON_REPO
 from roles.neuron import dkms_pin
-from roles.operations import triton as ops
-from roles.operations.docker import docker_image
-from roles.operations.models import models_switch
 from tritonfleet import compat
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
@@ -313,19 +311,20 @@ def _image(cfg: HostConfig, image: str) -> None:
         build_dir = posixpath.join(hc.BUILD_DIR, image.rsplit(":", 1)[-1])
         files.put(name="Neuron Triton Dockerfile", src=StringIO(dockerfile(cfg, key_file)),
                   dest=f"{build_dir}/Dockerfile", mode="644")
-        docker_image(name=f"Triton image {image} (build)", image=image, source="build", build_dir=build_dir,
-                     context_files={key_file: platform.keyring_path(NEURON_REPO)})
+        ops.docker.image(name=f"Triton image {image} (build)", image=image, source="build",
+                         build_dir=build_dir, context_files={key_file: platform.keyring_path(NEURON_REPO)})
     elif source == "archive":
         archive = t.image_archive
         if t.image_archive_src:
             archive = archive or posixpath.join(hc.IMAGES_DIR, os.path.basename(t.image_archive_src))
             files.put(name="Triton image archive upload", src=t.image_archive_src, dest=archive, mode="644")
-        docker_image(name=f"Triton image {image} (docker load)", image=image, source="archive", archive=archive)
+        ops.docker.image(name=f"Triton image {image} (docker load)", image=image, source="archive",
+                         archive=archive)
     else:
         ecr = ECR_REGISTRY.match(image)
         if ecr and t.ecr_credential_helper:
             _ecr_login(ecr.group(1))
-        docker_image(name=f"Triton image {image} (pull)", image=image, source="pull")
+        ops.docker.image(name=f"Triton image {image} (pull)", image=image, source="pull")
 
 
 def _ecr_login(registry: str) -> None:
@@ -341,32 +340,32 @@ def triton() -> None:
     image = image_ref(cfg, platform.keyring_file_name(NEURON_REPO))
     _image(cfg, image)
     if cfg.instance.is_neuron:
-        ops.neuron_compat_gate(name="Neuron runtime in the image vs host driver", image=image,
-                               runtime_from_data=container_runtime_version(cfg),
-                               neuron_arch=cfg.instance.neuron_arch)
+        ops.triton.neuron_compat_gate(name="Neuron runtime in the image vs host driver", image=image,
+                                      runtime_from_data=container_runtime_version(cfg),
+                                      neuron_arch=cfg.instance.neuron_arch)
     models = model_names(cfg)
     placements = cfg.triton.placements
-    ops.triton_prune(name="Remove Triton servers no longer placed here", keep=[p.name for p in placements])
+    ops.triton.prune(name="Remove Triton servers no longer placed here", keep=[p.name for p in placements])
     t: Settings = cfg.triton
     for p in host.loop(placements):
         args, cmd = run_args(cfg, p), server_command(cfg, p)
         digest = spec_hash(image, args, cmd)
-        ops.triton_container(name=f"Triton server {p.name}", container=p.name, image=image, spec_hash=digest,
+        ops.triton.container(name=f"Triton server {p.name}", container=p.name, image=image, spec_hash=digest,
                              run_args=args + ["--label", f"{hc.LABEL_SPEC}={digest}"], command=cmd,
                              # server readiness covers the models it loads at start (strict readiness); models
                              # that are new in this run are loaded by the model gate after the switch
                              url=p.local_url, models=[], timeout=t.health_timeout,
                              secret=t.repository_secret)
     if cfg.models.source:
-        models_switch(name="Model repository (switched in)", staging=hc.MODELS_STAGING, live=cfg.models.dir,
-                      previous=hc.MODELS_PREVIOUS)
+        ops.models.switch_staged(name="Model repository (switched in)", staging=hc.MODELS_STAGING,
+                                 live=cfg.models.dir, previous=hc.MODELS_PREVIOUS)
     for p in host.loop(placements):
         # with S3 the agent (models role) loads what changed and switches back when a model fails
         if t.model_control_mode == "explicit" and not cfg.models.s3_uri:  # waits for the server first
-            ops.triton_models(name=f"Triton server {p.name} models", container=p.name, url=p.local_url,
+            ops.triton.models(name=f"Triton server {p.name} models", container=p.name, url=p.local_url,
                               models_dir=cfg.models.dir, previous=hc.MODELS_PREVIOUS, models=models,
                               header=t.repository_header, secret=t.repository_secret,
                               timeout=t.health_timeout)
         else:
-            ops.triton_ready(name=f"Triton server {p.name} models ready", container=p.name, url=p.local_url,
+            ops.triton.ready(name=f"Triton server {p.name} models ready", container=p.name, url=p.local_url,
                              models=models, timeout=t.health_timeout)

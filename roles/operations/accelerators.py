@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from pyinfra import host
 from pyinfra.api import operation
 
@@ -9,6 +11,7 @@ from roles.facts.accelerators import NeuronState, NvidiaSmi
 from roles.facts.system import CommandSucceeds
 from roles.operations.common import executing, fail, script
 
+logger = logging.getLogger(__name__)
 
 @operation()
 def verify_neuron_devices(instance_type: str, expected: int, headers_package: str):
@@ -20,8 +23,20 @@ def verify_neuron_devices(instance_type: str, expected: int, headers_package: st
     + instance_type: e.g. inf2.24xlarge
     + expected: devices the instance type has
     + headers_package: the kernel headers package for the running kernel (named in the fix)
+
+    **Example:**
+
+    .. code:: python
+
+        accelerators.verify_neuron_devices(
+            name="Neuron devices match the instance type",
+            instance_type="inf2.24xlarge",
+            expected=6,
+            headers_package="linux-headers-6.8.0-1015-aws",
+        )
     """
     if not executing():
+        logger.debug("%s: Neuron device check deferred to execute time", host.name)
         return
     state = host.get_fact(NeuronState)
     found = len(state.get("devices", []))
@@ -59,8 +74,19 @@ def verify_gpus(instance_type: str, expected: int):
 
     + instance_type: e.g. g5.xlarge
     + expected: GPUs the instance type has
+
+    **Example:**
+
+    .. code:: python
+
+        accelerators.verify_gpus(
+            name="GPUs match the instance type",
+            instance_type="g5.xlarge",
+            expected=1,
+        )
     """
     if not executing():
+        logger.debug("%s: GPU check deferred to execute time", host.name)
         return
     smi = host.get_fact(NvidiaSmi)
     if smi["error"] or len(smi["gpus"]) != expected:
@@ -79,6 +105,18 @@ def efa_installer(installer_url: str, signature_url: str, key_url: str, fingerpr
     + signature_url: detached signature URL
     + key_url: the signing key URL
     + fingerprint: expected key fingerprint
+
+    **Example:**
+
+    .. code:: python
+
+        accelerators.efa_installer(
+            name="EFA (installer signature verified)",
+            installer_url="https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz",
+            signature_url="https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz.sig",
+            key_url="https://efa-installer.amazonaws.com/aws-efa-installer.key",
+            fingerprint=host.data.efa_key_fingerprint,  # pinned in the inventory
+        )
     """
     if host.get_fact(CommandSucceeds, command="test -d /opt/amazon/efa"):
         host.noop("EFA is installed (/opt/amazon/efa)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import shlex
 from collections.abc import Mapping
@@ -11,10 +12,11 @@ from pyinfra.api import OperationError, StringCommand, operation
 
 from roles.facts.docker import DockerState
 
+logger = logging.getLogger(__name__)
 
 @operation()
-def docker_image(image: str, source: str, archive: str | None = None, build_dir: str | None = None,
-                 context_files: Mapping[str, str] | None = None):
+def image(image: str, source: str, archive: str | None = None, build_dir: str | None = None,
+          context_files: Mapping[str, str] | None = None):
     """
     Make ``image`` present: ``docker load`` an archive, ``docker pull`` it, or build it from ``build_dir``.
 
@@ -23,10 +25,32 @@ def docker_image(image: str, source: str, archive: str | None = None, build_dir:
     + archive: path of a ``docker save`` tarball on the host (source=archive)
     + build_dir: directory on the host with the Dockerfile (source=build)
     + context_files: build-context name -> host file copied in before the build (e.g. repository keys)
+
+    **Examples:**
+
+    .. code:: python
+
+        # Load an image saved with ``docker save`` (uploaded beforehand)
+        docker.image(
+            name="Triton image (docker load)",
+            image="nvcr.io/nvidia/tritonserver:24.10-py3",
+            source="archive",
+            archive="/var/lib/tritonfleet/images/tritonserver-24.10-py3.tar",
+        )
+
+        # Build the Neuron image from the Dockerfile put in build_dir, with the repository key
+        docker.image(
+            name="Triton image (build)",
+            image="tritonfleet/tritonserver-neuron:3f9c2a1b7d4e5f60",
+            source="build",
+            build_dir="/var/lib/tritonfleet/build/3f9c2a1b7d4e5f60",
+            context_files={"neuron-archive-keyring.gpg": "/etc/apt/keyrings/neuron.gpg"},
+        )
     """
     if image in host.get_fact(DockerState, images=(image,))["images"]:
         host.noop(f"image {image} present")
         return
+    logger.debug("%s: image %s absent, source %s", host.name, image, source)
     q = shlex.quote
     if source == "archive":
         yield StringCommand(

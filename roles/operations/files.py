@@ -4,6 +4,7 @@ and the directories it needs, writable. Each reads one fact for everything it ma
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import posixpath
 import shlex
@@ -17,24 +18,37 @@ from roles.facts.files import FileDigests, TreeDigests
 from roles.facts.system import CommandSucceeds
 from roles.operations.common import script
 
+logger = logging.getLogger(__name__)
+
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 @operation()
-def managed_files(files: Mapping[str, str], mode: str = "644"):
+def managed(files: Mapping[str, str], mode: str = "644"):
     """
     Whole files with exactly this content and mode (parents created), read with one fact.
 
     + files: remote path -> content
     + mode: octal mode of every file
+
+    **Example:**
+
+    .. code:: python
+
+        files.managed(
+            name="sysctl.d file",
+            files={"/etc/sysctl.d/90-tritonfleet.conf": "net.core.somaxconn = 4096\\n"},
+            mode="644",
+        )
     """
     have = host.get_fact(FileDigests, paths=tuple(sorted(files)))
     changed = [p for p, text in sorted(files.items()) if have.get(p) != (_digest(text.encode()), mode)]
     if not changed:
         host.noop(f"{len(files)} files up to date")
         return
+    logger.debug("%s: %d of %d files to write: %s", host.name, len(changed), len(files), ", ".join(changed))
     q = shlex.quote
     for path in changed:
         yield StringCommand(f"mkdir -p {q(posixpath.dirname(path))}")
@@ -66,6 +80,24 @@ def sync_tree(src: str, dest: str, exclude_dirs: tuple[str, ...] = ("__pycache__
     + dest: remote directory
     + exclude_dirs: directory names not copied
     + exclude_suffixes: file name endings not copied
+
+    **Examples:**
+
+    .. code:: python
+
+        files.sync_tree(
+            name="Model repository (staged from the controller)",
+            src="models",
+            dest="/var/lib/tritonfleet/models-staging",
+        )
+
+        # The wheelhouse built on the controller, without the build's completion marker
+        files.sync_tree(
+            name="Host agent wheelhouse",
+            src="/home/deploy/.cache/tritonfleet/wheelhouse/5e0c3b7a91d2f468",
+            dest="/opt/tritonfleet/wheelhouse",
+            exclude_suffixes=("DONE",),
+        )
     """
     local = _local_tree(src, tuple(exclude_dirs), tuple(exclude_suffixes))
     remote = host.get_fact(TreeDigests, path=dest)
@@ -74,6 +106,7 @@ def sync_tree(src: str, dest: str, exclude_dirs: tuple[str, ...] = ("__pycache__
     if not upload and not delete:
         host.noop(f"{dest} matches {src} ({len(local)} files)")
         return
+    logger.debug("%s: %s: %d files to upload, %d to delete", host.name, dest, len(upload), len(delete))
     q = shlex.quote
     dirs = sorted({posixpath.dirname(posixpath.join(dest, p)) for p in upload} | {dest})
     yield StringCommand("mkdir -p " + " ".join(q(d) for d in dirs))
@@ -85,13 +118,23 @@ def sync_tree(src: str, dest: str, exclude_dirs: tuple[str, ...] = ("__pycache__
 
 
 @operation()
-def secret_file(path: str, content: str):
+def secret(path: str, content: str):
     """
     A root-only (0600) file holding a secret: written from standard input, never from an argument, under a
     temporary name made 0600 first (``templates/scripts/secret-file.sh``).
 
     + path: remote path
     + content: the file's text (the secret)
+
+    **Example:**
+
+    .. code:: python
+
+        files.secret(
+            name="Triton repository API header (root only)",
+            path="/etc/tritonfleet/repository-header",
+            content=f"x-tritonfleet-repository-key: {host.data.triton_repository_secret}\\n",
+        )
     """
     have = host.get_fact(FileDigests, paths=(path,))
     if have.get(path) == (_digest(content.encode()), "600"):
@@ -107,6 +150,15 @@ def writable_dirs(paths: list[str]):
     system, full disk, wrong permissions) instead of failing later with an upload traceback.
 
     + paths: absolute directory paths
+
+    **Example:**
+
+    .. code:: python
+
+        files.writable_dirs(
+            name="tritonfleet directories writable",
+            paths=["/var/lib/tritonfleet", "/opt/tritonfleet"],
+        )
     """
     q = shlex.quote
     probe = " && ".join(f"[ -d {q(p)} ] && [ -w {q(p)} ] && [ \"$(df -P -k {q(p)} | awk 'NR==2 {{print $4}}')\" -gt 1024 ]"

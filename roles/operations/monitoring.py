@@ -23,6 +23,24 @@ def exporter_container(container: str, image: str | None = None, run_args: list[
     + run_args: ``docker run`` arguments before the image (ports, devices, restart policy)
     + spec_hash: label value that identifies the spec (image and arguments)
     + present: False removes the container
+
+    **Examples:**
+
+    .. code:: python
+
+        monitoring.exporter_container(
+            name="DCGM exporter container",
+            container="tritonfleet-dcgm-exporter",
+            image="nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
+            run_args=["--restart", "unless-stopped", "--gpus", "all", "-p", "127.0.0.1:9400:9400"],
+            spec_hash="5d41402abc4b2a76",
+        )
+
+        monitoring.exporter_container(
+            name="DCGM exporter container removed",
+            container="tritonfleet-dcgm-exporter",
+            present=False,
+        )
     """
     have = host.get_fact(NamedContainers, names=(container,)).get(container)
     q = shlex.quote

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shlex
 
 from pyinfra import host
@@ -9,9 +10,11 @@ from pyinfra.api import operation
 
 from roles.facts.files import ServiceStates
 
+logger = logging.getLogger(__name__)
+
 
 @operation()
-def services(units: list[str], running: bool | None = None, enabled: bool | None = None, restarted: bool = False):
+def units(units: list[str], running: bool | None = None, enabled: bool | None = None, restarted: bool = False):
     """
     systemd units running (or stopped), enabled (or not), or restarted. Units systemd does not know are
     left alone when they should be stopped (the legacy neuron-rtd on a host that never had it).
@@ -20,6 +23,31 @@ def services(units: list[str], running: bool | None = None, enabled: bool | None
     + running: True: started; False: stopped; None: as they are
     + enabled: True/False/None, likewise for starting at boot
     + restarted: restart them (use with ``_if=``)
+
+    **Examples:**
+
+    .. code:: python
+
+        services.units(
+            name="Docker running and enabled",
+            units=["docker.service"],
+            running=True,
+            enabled=True,
+        )
+
+        services.units(
+            name="QA timer stopped and disabled",
+            units=["tritonfleet-qa.timer", "tritonfleet-qa.service"],
+            running=False,
+            enabled=False,
+        )
+
+        services.units(
+            name="Restart Docker for the new daemon.json",
+            units=["docker.service"],
+            restarted=True,
+            _if=daemon_json.did_change,  # daemon_json: the files.managed that wrote it
+        )
     """
     states = host.get_fact(ServiceStates, units=tuple(units))
     q = shlex.quote
@@ -29,6 +57,8 @@ def services(units: list[str], running: bool | None = None, enabled: bool | None
         if state is None:
             if running or enabled or restarted:
                 todo.append(f"systemctl start {q(unit)}")  # fails with systemd's own message
+            else:
+                logger.debug("%s: %s is not known to systemd; left alone", host.name, unit)
             continue
         if restarted:
             todo.append(f"systemctl restart {q(unit)}")

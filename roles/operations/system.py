@@ -17,6 +17,14 @@ def hide_other_users_processes():
     Mount /proc with ``hidepid=invisible`` now and at boot (/etc/fstab), so a local user sees only their
     own processes: Triton's command line (which carries the repository secret) is then visible to root
     only.
+
+    **Example:**
+
+    .. code:: python
+
+        system.hide_other_users_processes(
+            name="Other users' processes hidden (/proc hidepid)",
+        )
     """
     if host.get_fact(CommandSucceeds, command=f"{_PROC_HIDDEN} && {_FSTAB_HIDDEN}"):
         host.noop("/proc is mounted with hidepid")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shlex
 
 from pyinfra import host
@@ -13,6 +14,8 @@ from roles.facts.system import CommandSucceeds
 from roles.operations.common import executing, fail, script
 from tritonfleet import compat
 from tritonfleet import hostcontract as hc
+
+logger = logging.getLogger(__name__)
 
 
 @operation()
@@ -26,8 +29,20 @@ def neuron_compat_gate(image: str, runtime_from_data: str | None, neuron_arch: s
     + image: Triton image reference
     + runtime_from_data: aws-neuronx-runtime-lib version from host data, if any
     + neuron_arch: inf1 | inf2 | trn1 | trn2 (inf1 hosts cannot take a newer driver)
+
+    **Example:**
+
+    .. code:: python
+
+        triton.neuron_compat_gate(
+            name="Neuron runtime in the image vs host driver",
+            image="tritonfleet/tritonserver-neuron:3f9c2a1b7d4e5f60",
+            runtime_from_data="2.34.10.0",
+            neuron_arch="inf2",
+        )
     """
     if not executing():
+        logger.debug("%s: compatibility gate for %s deferred to execute time", host.name, image)
         return
     info = host.get_fact(DockerState, images=(image,))["images"].get(image) or {}
     runtime = (info.get("labels") or {}).get(hc.LABEL_IMAGE_RUNTIME) or runtime_from_data
@@ -47,8 +62,8 @@ def neuron_compat_gate(image: str, runtime_from_data: str | None, neuron_arch: s
 
 
 @operation()
-def triton_container(container: str, image: str, spec_hash: str, run_args: list[str], command: list[str],
-                     url: str, models: list[str], timeout: int, secret: str | None = None):
+def container(container: str, image: str, spec_hash: str, run_args: list[str], command: list[str],
+              url: str, models: list[str], timeout: int, secret: str | None = None):
     """
     One Triton container, recreated only when its spec (``spec_hash``) or image changes.
 
@@ -68,6 +83,27 @@ def triton_container(container: str, image: str, spec_hash: str, run_args: list[
     + models: models that must be ready
     + timeout: seconds for the health gate (of the new container, then of a restored one)
     + secret: a value kept out of the record and masked in pyinfra's output (the repository secret)
+
+    **Example:**
+
+    .. code:: python
+
+        triton.container(
+            name="Triton server triton-0",
+            container="triton-0",
+            image="tritonfleet/tritonserver-neuron:3f9c2a1b7d4e5f60",
+            spec_hash="8d777f385d3dfec8",
+            run_args=[
+                "--restart", "unless-stopped", "--device", "/dev/neuron0",
+                "-p", "127.0.0.1:8000:8000", "-v", "/opt/tritonfleet/models:/models",
+                "--label", "com.tritonfleet.spec=8d777f385d3dfec8",
+            ],
+            command=["tritonserver", "--model-repository=/models", "--model-control-mode=explicit"],
+            url="http://127.0.0.1:8000",
+            models=[],
+            timeout=180,
+            secret=host.data.triton_repository_secret,
+        )
     """
     name = container
     docker = host.get_fact(DockerState, images=(image,))
@@ -85,19 +121,33 @@ def triton_container(container: str, image: str, spec_hash: str, run_args: list[
         if old is not None and old.spec == spec_hash:
             host.noop(f"container {name} is up to date")
             return
+        logger.debug("%s: container %s is up to date; its host record is missing or stale, written back",
+                     host.name, name)
         yield script("secret-file.sh", hc.record_path(name), stdin=record.to_json())
         return
+    logger.debug("%s: container %s: %s", host.name, name, "new" if current is None else
+                 f"swapped (spec {current['spec']} -> {spec_hash}, image {current.get('image_id')} -> {image_id}, "
+                 f"running: {current['running']})")
     yield script("triton-swap.sh", name, hc.record_path(name), record.to_json(), url, int(timeout),
                  ",".join(models), "--", *run_args, image, *command, secret=secret)
 
 
 @operation()
-def triton_prune(keep: list[str]):
+def prune(keep: list[str]):
     """
     Remove tritonfleet Triton containers that are no longer placed on this host (they would hold
     devices and ports the new placement needs).
 
     + keep: container names of the current placement
+
+    **Example:**
+
+    .. code:: python
+
+        triton.prune(
+            name="Remove Triton servers no longer placed here",
+            keep=["triton-0", "triton-1"],
+        )
     """
     stale = sorted(set(host.get_fact(DockerState)["containers"]) - set(keep))
     if not stale:
@@ -107,7 +157,7 @@ def triton_prune(keep: list[str]):
 
 
 @operation()
-def triton_ready(container: str, url: str, models: list[str], timeout: int):
+def ready(container: str, url: str, models: list[str], timeout: int):
     """
     Health gate: wait for ``/v2/health/ready`` and every model's ready state on the host.
 
@@ -118,8 +168,21 @@ def triton_ready(container: str, url: str, models: list[str], timeout: int):
     + url: base URL as seen on the host, e.g. http://127.0.0.1:8000
     + models: models that must be ready
     + timeout: seconds
+
+    **Example:**
+
+    .. code:: python
+
+        triton.ready(
+            name="Triton server triton-0 models ready",
+            container="triton-0",
+            url="http://127.0.0.1:8000",
+            models=["bert_base", "resnet50"],
+            timeout=180,
+        )
     """
     if not executing():
+        logger.debug("%s: health gate of %s deferred to execute time", host.name, container)
         return
     checks = [f"{url}/v2/health/ready"] + [f"{url}/v2/models/{m}/ready" for m in models]
     probe = " && ".join(f"curl -fsS -m 2 -o /dev/null {shlex.quote(c)}" for c in checks)
@@ -130,8 +193,8 @@ def triton_ready(container: str, url: str, models: list[str], timeout: int):
 
 
 @operation()
-def triton_models(container: str, url: str, models_dir: str, previous: str, models: list[str], header: str,
-                  secret: str | None, timeout: int = 180):
+def models(container: str, url: str, models_dir: str, previous: str, models: list[str], header: str,
+           secret: str | None, timeout: int = 180):
     """
     Model gate of a running server in explicit model-control mode: load the models whose files changed
     since the server loaded them (or that are not ready), unload models that left the repository, and
@@ -146,8 +209,25 @@ def triton_models(container: str, url: str, models_dir: str, previous: str, mode
     + header: the restricted-API header name
     + secret: its value
     + timeout: seconds to wait for the server itself to be ready (after a reboot, say)
+
+    **Example:**
+
+    .. code:: python
+
+        triton.models(
+            name="Triton server triton-0 models",
+            container="triton-0",
+            url="http://127.0.0.1:8000",
+            models_dir="/opt/tritonfleet/models",
+            previous="/var/lib/tritonfleet/models-previous",
+            models=["bert_base", "resnet50"],
+            header="x-tritonfleet-repository-key",
+            secret=host.data.triton_repository_secret,
+            timeout=180,
+        )
     """
     if not executing():
+        logger.debug("%s: model gate of %s deferred to execute time", host.name, container)
         return
     stamps = hc.loaded_dir(container)
     q = shlex.quote
@@ -170,5 +250,14 @@ def refuse(message: str):
     Fail with ``message`` (what cannot be done on this host, said where it would have happened).
 
     + message: one line
+
+    **Example:**
+
+    .. code:: python
+
+        triton.refuse(
+            name="Triton server triton-0 back to spec 8d777f385d3dfec8",
+            message="triton-0: the host record holds no spec 8d777f385d3dfec8 to roll back to",
+        )
     """
     yield fail(message)

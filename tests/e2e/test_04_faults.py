@@ -142,7 +142,7 @@ def test_a_deleted_server_record_is_put_back_by_the_next_run(repo):
     assert (after["spec"], after["image"], after["run_args"]) == (before["spec"], before["image"], before["run_args"])
     assert ssh(HOST, f"stat -c %a {path}").stdout.strip() == "600"
     assert _container()["State"]["StartedAt"] == started  # written back without touching the container
-    # (the run after it changes nothing: tests/fake/operations/triton.triton_container/up_to_date.json)
+    # (the run after it changes nothing: tests/fake/operations/triton.container/up_to_date.json)
 
 
 # Holds dpkg's frontend lock until a process shows it waits for it (the packages script, whose text names the

@@ -195,16 +195,17 @@ DCGM_RUN = "docker run -d --name tritonfleet-dcgm-exporter"
 
 
 def _dcgm(monkeypatch, data: dict | None = None, run_args: list[str] | None = None) -> dict:
-    """What the role asks of exporter_container for the DCGM exporter on a g5.xlarge with ``data``
+    """What the role asks of monitoring.exporter_container for the DCGM exporter on a g5.xlarge with ``data``
     (``run_args``: what dcgm_run_args returns instead of the role's own)."""
     from roles import all_roles
     from roles import monitoring as role
+    from roles import operations as ops
     from tritonfleet.config import load_host_config
 
     cfg = load_host_config("h1", {**DATA, "instance_type": "g5.xlarge", **(data or {})}, all_roles())
     asked: dict = {}
-    monkeypatch.setattr(role, "docker_image", lambda **kwargs: None)
-    monkeypatch.setattr(role, "exporter_container", lambda **kwargs: asked.update(kwargs))
+    monkeypatch.setattr(ops.docker, "image", lambda **kwargs: None)
+    monkeypatch.setattr(ops.monitoring, "exporter_container", lambda **kwargs: asked.update(kwargs))
     if run_args is not None:
         monkeypatch.setattr(role, "dcgm_run_args", lambda cfg: list(run_args))
     role._dcgm_exporter(cfg)
