@@ -86,8 +86,8 @@ def _check(h, cfg: HostConfig, qa: bool, field: tuple[str, object] | None = None
     try:
         _wheelhouse(cfg, state)
     except (wheelhouse.WheelhouseError, OSError) as exc:
-        field, value = field or (("qa_suites", cfg.qa.suites) if qa else ("models_s3_uri", cfg.models.s3_uri))
-        raise FieldProblem(field, value, f"the host agent's wheelhouse cannot be built on this controller: "
+        key, value = field or (("qa_suites", cfg.qa.suites) if qa else ("models_s3_uri", cfg.models.s3_uri))
+        raise FieldProblem(key, value, f"the host agent's wheelhouse cannot be built on this controller: "
                            f"{exc}") from None
 
 

@@ -11,7 +11,7 @@ from pyinfra.api import deploy
 
 from roles import operations as ops
 from roles.context import config_for
-from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, http_url
+from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, checked, http_url
 from tritonfleet.fingerprints import fingerprint
 
 
@@ -61,4 +61,4 @@ def efa() -> None:
     e: Settings = cfg.efa
     ops.accelerators.efa_installer(name="EFA (installer signature verified)", installer_url=e.installer_url,
                                    signature_url=e.effective_signature_url(), key_url=e.key_url,
-                                   fingerprint=e.key_fingerprint)
+                                   fingerprint=checked(e.key_fingerprint, "efa_key_fingerprint"))

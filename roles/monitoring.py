@@ -38,6 +38,7 @@ from tritonfleet.config import (
     HostConfig,
     Role,
     RoleSettings,
+    checked,
     image_reference,
     matching,
 )
@@ -200,20 +201,21 @@ def _node_exporter(cfg: HostConfig) -> None:
     address = f"[{m.bind_address}]" if ":" in m.bind_address else m.bind_address
     args = [f"--web.listen-address={address}:{m.node_exporter_port}", f"--collector.textfile.directory={m.textfile_dir}"]
     files.directory(name="node exporter textfile directory", path=m.textfile_dir, mode="755")
-    if cfg.platform.packaged("node-exporter"):
+    if platform.current().packaged("node-exporter"):
         platform.install("node exporter package", ["node-exporter"])
         binary = "/usr/bin/prometheus-node-exporter"
         unit = ops.files.managed(name="node exporter listen address and textfile directory", files={
             NODE_DROPIN: render("monitoring/node-exporter-dropin.conf.j2", binary=binary, args=args)})
     else:
-        tarball = posixpath.join(hc.OPT_DIR, posixpath.basename(m.node_exporter_url))
-        fetched = files.download(name="node exporter release (sha256 checked)", src=m.node_exporter_url,
+        url = checked(m.node_exporter_url, "monitoring_node_exporter_url")
+        tarball = posixpath.join(hc.OPT_DIR, posixpath.basename(url))
+        fetched = files.download(name="node exporter release (sha256 checked)", src=url,
                                  dest=tarball, sha256sum=m.node_exporter_sha256)
-        binary = server.shell(name="node exporter binary from the release", _if=fetched.did_change, commands=[
+        extracted = server.shell(name="node exporter binary from the release", _if=fetched.did_change, commands=[
             f"tar -xzf {shlex.quote(tarball)} -C /usr/local/bin --strip-components=1 --wildcards '*/node_exporter'"])
         unit = ops.files.managed(name="node exporter unit", files={
             NODE_UNIT_FILE: render("monitoring/node-exporter.service.j2", binary=NODE_BINARY, args=args)})
-        _running("node exporter", NODE_UNIT, unit, binary)
+        _running("node exporter", NODE_UNIT, unit, extracted)
         return
     _running("node exporter", NODE_UNIT, unit)
 

@@ -13,7 +13,16 @@ from roles import platform
 from roles.context import config_for
 from roles.facts.system import KernelVersion
 from tritonfleet import compat
-from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, Version, http_url
+from tritonfleet.config import (
+    MISSING,
+    FieldProblem,
+    HostConfig,
+    Role,
+    RoleSettings,
+    Version,
+    checked,
+    http_url,
+)
 from tritonfleet.fingerprints import fingerprint
 from tritonfleet.templating import render
 
@@ -138,7 +147,8 @@ def neuron() -> None:
         return
     n: Settings = cfg.neuron
     kernel = host.get_fact(KernelVersion)
-    platform.signed_repo("Neuron", REPO_ID, key_url=n.effective_key_url(), fingerprint=n.key_fingerprint,
+    platform.signed_repo("Neuron", REPO_ID, key_url=n.effective_key_url(),
+                         fingerprint=checked(n.key_fingerprint, "neuron_key_fingerprint"),
                          apt_url=n.apt_url, apt_suite=n.apt_suite, yum_url=n.yum_url)
     if n.remove_legacy:
         ops.services.units(name="Stop legacy neuron-rtd", units=["neuron-rtd.service"], running=False)
@@ -152,4 +162,4 @@ def neuron() -> None:
     ops.accelerators.verify_neuron_devices(
         name="Neuron devices match the instance type", instance_type=cfg.instance.name,
         expected=cfg.instance.device_count,
-        headers_package=cfg.platform.package("kernel-headers", kernel=kernel))
+        headers_package=checked(platform.current().package("kernel-headers", kernel=kernel), "kernel-headers"))

@@ -13,7 +13,16 @@ from pyinfra.api import deploy
 from roles import operations as ops
 from roles import platform
 from roles.context import config_for
-from tritonfleet.config import MISSING, FieldProblem, HostConfig, Role, RoleSettings, Version, http_url
+from tritonfleet.config import (
+    MISSING,
+    FieldProblem,
+    HostConfig,
+    Role,
+    RoleSettings,
+    Version,
+    checked,
+    http_url,
+)
 from tritonfleet.config import package_name as _package_name
 from tritonfleet.fingerprints import fingerprint
 
@@ -67,7 +76,7 @@ def nvidia() -> None:
         return
     n: Settings = cfg.nvidia
     platform.signed_repo("nvidia-container-toolkit", REPO_ID, key_url=n.effective_key_url(),
-                         fingerprint=n.key_fingerprint, apt_url=n.toolkit_apt_url, apt_suite="/",
+                         fingerprint=checked(n.key_fingerprint, "nvidia_key_fingerprint"), apt_url=n.toolkit_apt_url, apt_suite="/",
                          yum_url=n.toolkit_yum_url, gpgcheck=False, repo_gpgcheck=True)
     driver = n.driver_package.format(branch=n.driver_branch) if n.driver_package else "nvidia-driver"
     platform.install("NVIDIA driver", [driver], branch=n.driver_branch)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from roles import operations as ops
 from roles.context import config_for
+from tritonfleet.config import checked
 from tritonfleet.platforms import Platform
 from tritonfleet.templating import render
 
@@ -29,8 +30,7 @@ def install(name: str, logical: list[str] | Mapping[str, str | None], **fmt: str
     (a mapping name -> pattern). Names the platform provides by itself are skipped."""
     p = current()
     pins = logical if isinstance(logical, Mapping) else dict.fromkeys(logical)
-    real = {p.package(n, **fmt): pat for n, pat in pins.items()}
-    real.pop(None, None)
+    real = {pkg: pat for n, pat in pins.items() if (pkg := p.package(n, **fmt)) is not None}
     if not real:
         return None
     return ops.packages.install(name=name, pins=real, family=p.family)
@@ -63,7 +63,7 @@ def signed_repo(title: str, repo_id: str, *, key_url: str, fingerprint: str, apt
     if p.family == "apt":
         ops.keys.keyring(name=f"{title} key (fingerprint checked)", src=key_url, dest=key,
                          fingerprint=fingerprint)
-        suite = apt_suite or p.codename
+        suite = apt_suite or checked(p.codename, f"{p.name}'s codename")
         line = f"deb [signed-by={key}] {apt_url} {suite}" + ("" if suite.endswith("/") else f" {apt_components}")
         ops.files.managed(name=f"{title} apt repository",
                           files={f"/etc/apt/sources.list.d/{repo_id}.list": line + "\n"})

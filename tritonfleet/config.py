@@ -21,7 +21,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlparse
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -66,6 +66,17 @@ class FieldProblem(Exception):  # noqa: N818 - raised by roles, turned into Conf
         self.field, self.value, self.message = field, value, message
         shown = "" if value is MISSING else f" {_shown(field, value, ())}"
         super().__init__(f"{field}{shown}: {message}")
+
+
+_T = TypeVar("_T")
+
+
+def checked(value: _T | None, field: str) -> _T:
+    """``value`` of an optional setting that preflight has already required for this host (``field`` names it):
+    a deploy step that finds it unset ran without preflight, which is a bug, not bad host data."""
+    if value is None:
+        raise RuntimeError(f"{field} is not set: preflight requires it before this step (run roles.preflight first)")
+    return value
 
 
 class ConfigError(ValueError):
@@ -354,8 +365,8 @@ def _field_names(model: type[BaseModel], loc: Sequence[Any] = ()) -> list[str]:
     if loc:
         keys = [p for p in loc[:-1] if isinstance(p, str)]
         for key in keys:
-            info = model.model_fields.get(key)
-            for arg in (getattr(info.annotation, "__args__", ()) + (info.annotation,)) if info else ():
+            field_info = model.model_fields.get(key)
+            for arg in (getattr(field_info.annotation, "__args__", ()) + (field_info.annotation,)) if field_info else ():
                 if isinstance(arg, type) and issubclass(arg, BaseModel):
                     model = arg
         return list(model.model_fields)

@@ -46,14 +46,14 @@ class NeuronState(FactBase[dict]):
                 neuron_ls = json.loads(raw)
             except ValueError:
                 error = raw[:300]
-        pkg = parts.get("pkg") or [None]
-        loaded = parts.get("loaded") or [None]
+        pkg = parts.get("pkg") or []
+        loaded = parts.get("loaded") or []
         return {
             "devices": sorted(int(d.removeprefix("neuron")) for d in parts.get("devices", [])),
             "neuron_ls": neuron_ls,
             "neuron_ls_error": error,
-            "driver_package": pkg[0],
-            "driver_loaded": loaded[0],
+            "driver_package": pkg[0] if pkg else None,
+            "driver_loaded": loaded[0] if loaded else None,
             "module_loaded": bool(parts.get("module")),
             "headers": bool(parts.get("headers")),
         }

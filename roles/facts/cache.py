@@ -143,7 +143,7 @@ def _fact_class(module: str, qualname: str) -> type | None:
     return cls if _plannable(cls, ()) else None
 
 
-def _arguments_fit(cls: type, values: dict) -> bool:
+def _arguments_fit(cls: type[FactBase], values: dict) -> bool:
     """``values`` are arguments of ``cls.command`` (all it needs), each of the type it declares."""
     from pydantic import TypeAdapter, ValidationError
 
@@ -195,9 +195,9 @@ def _load_plan(path: Path) -> list[tuple[type, dict]]:
 def _save_plans(state) -> None:
     for host in state.inventory:
         cache = getattr(host, _MARK, None)
-        path = cache.plan if cache is not None else None
-        if path is None or not cache.asked:
+        if cache is None or cache.plan is None or not cache.asked:
             continue
+        path = cache.plan
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -216,7 +216,7 @@ def _prefetch_host(state, host, plan: list[tuple[type, dict]]) -> int:
 
     cache = getattr(host, _MARK)
     parts: list = []
-    wanted = []
+    wanted: list = []
     executor_kwargs = None
     for cls, kwargs in plan:
         key = (cls, repr(()), repr(sorted(kwargs.items())))
@@ -251,7 +251,8 @@ def _prefetch_host(state, host, plan: list[tuple[type, dict]]) -> int:
         cache.reading -= 1
     if not status:
         return 0
-    seeded, current, lines = 0, None, []
+    seeded, current = 0, None
+    lines: list[str] = []
     for line in output.stdout_lines:
         if line.startswith(f"{_MARK}-rc "):
             _, index, rc = line.split()

@@ -58,7 +58,8 @@ class ServiceStates(FactBase[dict]):
                 + " ".join(quote(u) for u in units) + " 2>/dev/null || true")
 
     def process(self, output: list[str]) -> dict:
-        out, current = {}, {}
+        out: dict = {}
+        current: dict = {}
         for line in output + [""]:
             if not line.strip():
                 if current.get("Id") and current.get("LoadState") != "not-found":

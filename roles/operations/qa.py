@@ -56,7 +56,8 @@ def remove_paths(paths: list[str]):
             ],
         )
     """
-    present = sorted(host.get_fact(FileDigests, paths=tuple(paths)))
+    digests = host.get_fact(FileDigests, paths=tuple(paths))
+    present = sorted(digests)
     if not present:
         host.noop("none present")
         return

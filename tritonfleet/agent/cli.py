@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 from .layout import LOCK_WAIT
@@ -27,7 +28,7 @@ PROG = "tritonfleet-agent"
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line (argparse's own also prints the usage)
+    def error(self, message: str) -> NoReturn:  # one line (argparse's own also prints the usage)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -276,7 +277,7 @@ class _Line(Progress):
             self.stream.flush()
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "kB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -193,7 +193,7 @@ class _Fetcher:
         md5, got = verify.hash_file(path, guess or (self._uniform_parts(entry, parts) if parts else None))
         if parts is not None and got == etag:
             return md5, "multipart-md5" if parts else "md5"
-        if guess:
+        if guess and parts:
             sizes = self._uniform_parts(entry, parts)
             if sizes and sizes != guess:
                 md5, got = verify.hash_file(path, sizes)

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import TextIO
 
 from .manifest import MANIFEST_NAME, Entry, SyncError, entries_from, read_manifest, write_manifest
 
@@ -77,7 +78,7 @@ class Staging:
         self.journal = os.path.join(root, "journal")
         self.placed: dict[str, Entry] = {}  # by this run
         self._lock = threading.Lock()
-        self._journal = None
+        self._journal: TextIO | None = None
 
     def create(self) -> Staging:
         os.makedirs(self.tree)
@@ -106,6 +107,7 @@ class Staging:
                 tmp = os.path.join(self.parts, "copy-" + str(threading.get_ident()))
                 shutil.copyfile(src, tmp)
                 os.replace(tmp, dst)
+        assert self._journal is not None, "Staging.create() first"
         with self._lock:
             self.placed[entry.path] = entry
             self._journal.write(json.dumps(asdict(entry), sort_keys=True) + "\n")
@@ -113,7 +115,7 @@ class Staging:
 
     def journaled(self) -> dict[str, Entry]:
         """The files a (dead) run placed and checked here that are still in the tree with their size."""
-        out = {}
+        out: dict[str, Entry] = {}
         try:
             with open(self.journal, encoding="utf-8") as f:
                 lines = f.read().splitlines()

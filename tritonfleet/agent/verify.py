@@ -8,6 +8,8 @@ import hashlib
 import re
 import threading
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 CHUNK = 1 << 20
 EMPTY_MD5 = "d41d8cd98f00b204e9800998ecf8427e"
@@ -103,7 +105,7 @@ class _Crc32:
 
 
 # The S3 checksums the standard library can compute: name -> (HeadObject field, hash constructor)
-_CHECKSUMS = {"sha256": ("ChecksumSHA256", hashlib.sha256), "sha1": ("ChecksumSHA1", hashlib.sha1),
+_CHECKSUMS: dict[str, tuple[str, Callable[[], Any]]] = {"sha256": ("ChecksumSHA256", hashlib.sha256), "sha1": ("ChecksumSHA1", hashlib.sha1),
               "crc32": ("ChecksumCRC32", _Crc32)}
 
 

@@ -23,6 +23,7 @@ from tritonfleet.genmodel.spec import (
     TNX_AMP,
     GenModelSpec,
     SpecError,
+    Target,
     TensorSpec,
     TnxOptions,
     parse_core_range,
@@ -183,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _resolve_target(ns: argparse.Namespace) -> str:
+def _resolve_target(ns: argparse.Namespace) -> Target:
     if ns.target is not None:
         if ns.inf2 and ns.target == "inf1":
             raise UsageError("--inf2 contradicts --target inf1")

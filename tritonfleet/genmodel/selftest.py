@@ -57,7 +57,8 @@ def trace_add_sub(target: str, dest: Path) -> Path:
         elif target == "inf1":
             import torch_neuron  # noqa: F401 - registers torch.neuron
 
-            traced = torch.neuron.trace(AddSub(), example_inputs=example, dynamic_batch_size=True)
+            # torch.neuron exists once torch_neuron is imported, which torch's types cannot know
+            traced = torch.neuron.trace(AddSub(), example_inputs=example, dynamic_batch_size=True)  # type: ignore[attr-defined]
         else:
             import torch_neuronx
 
@@ -83,9 +84,9 @@ def write_repository(dest: Path, target: str, neuron_cores: int | None = None,
             continue
         (repo.skipped if limit is not None and cfg.neuron_cores > limit else repo.configs).append(cfg)
     model = compiled_model
-    if repo.configs and model is None:
-        model = trace_add_sub(target, dest / ".add_sub.pt")
     for cfg in repo.configs:
+        if model is None:  # traced once, for the first model that needs it
+            model = trace_add_sub(target, dest / ".add_sub.pt")
         model_dir = repo.models / cfg.name
         model_dir.mkdir(exist_ok=True)
         shutil.copy2(model, model_dir / "model.pt")

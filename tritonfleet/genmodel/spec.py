@@ -48,7 +48,7 @@ INTEGER_DTYPES: frozenset[str] = frozenset(
 # --instance-type narrows it down.
 FAMILY_MAX_CORES: dict[str, int] = {"inf1": 64, "inf2": 24, "trn1": 32, "trn2": 128}
 # Instance families each target accepts for --instance-type.
-TARGET_FAMILIES: dict[str, tuple[str, ...]] = {
+TARGET_FAMILIES: dict[Target, tuple[str, ...]] = {
     "inf1": ("inf1",),
     "inf2": ("inf2",),
     "trn1": ("trn1", "trn1n"),
@@ -215,7 +215,7 @@ def family_of(instance_type: str) -> str:
     return instance_type.split(".", 1)[0].lower()
 
 
-def target_for_instance_type(instance_type: str) -> str | None:
+def target_for_instance_type(instance_type: str) -> Target | None:
     fam = family_of(instance_type)
     for target, families in TARGET_FAMILIES.items():
         if fam in families:

@@ -104,7 +104,7 @@ def extract_layer(archive: Path, index: int, dest: Path) -> None:
     with tarfile.open(archive) as tar:
         manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
         layer = tar.extractfile(manifest[0]["Layers"][index])
-        with tarfile.open(fileobj=layer, mode="r|") as inner:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=layer, mode="r|") as inner:
             if hasattr(tarfile, "tar_filter"):
                 inner.extractall(dest, filter="tar")
             else:  # Python without extraction filters

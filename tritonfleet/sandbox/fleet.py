@@ -29,6 +29,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 from tritonfleet import catalog
@@ -105,7 +106,7 @@ def _processes(state: dict, *, listening: bool = True) -> dict[int, str]:
     not (pid 0: owner unknown), to report, never to kill."""
     found = {pid: "" for pid in services.recorded_pids(state)}
     for h in hosts_from_state(state):
-        if machine.ours(h.nspawn_pid, lambda cmd, h=h: is_launcher(cmd, h.root)):
+        if machine.ours(h.nspawn_pid, partial(is_launcher, root=h.root)):
             found[h.nspawn_pid] = ""
     hosts_dir = layout.STATE_DIR / "hosts"
     for pid in machine.all_pids():
@@ -268,10 +269,10 @@ def _up(specs: list[HostSpec]) -> dict:
         state["services"], live = {}, {}
     wanted = {s.name: s for s in specs}
     # Hosts no longer wanted, or wanted differently, go with their disks.
-    for name, h in known.items():
-        if name not in wanted or h.spec != wanted[name].key():
+    for name, gone in known.items():
+        if name not in wanted or gone.spec != wanted[name].key():
             log(f"removing host {name}")
-            remove_host(h)
+            remove_host(gone)
             state["hosts"].pop(name)
             live.pop(name, None)
     save_state(state)
@@ -286,7 +287,7 @@ def _up(specs: list[HostSpec]) -> dict:
     for spec in specs:
         if spec.name in live:
             continue
-        h = host_state(state["hosts"][spec.name]) if spec.name in state["hosts"] else None
+        h: HostState | None = host_state(state["hosts"][spec.name]) if spec.name in state["hosts"] else None
         fresh = not (h and has_disk(h) and (not h.base or Path(h.base).is_dir()))
         try:
             if h is None:
@@ -303,7 +304,8 @@ def _up(specs: list[HostSpec]) -> dict:
                 stop_host(h)  # what is left of its last run
                 start_host(h, Path(h.base or base))
         except Exception:
-            stop_host(h)
+            if h is not None:  # _new_host itself failed: nothing to stop, and the error is its own
+                stop_host(h)
             raise
         state["hosts"][h.name] = dataclasses.asdict(h)
         save_state(state)
@@ -331,7 +333,7 @@ def _up(specs: list[HostSpec]) -> dict:
 
 
 def _repo_dict(info) -> dict:
-    d = dataclasses.asdict(info) if dataclasses.is_dataclass(info) else dict(info)
+    d = dataclasses.asdict(info) if dataclasses.is_dataclass(info) and not isinstance(info, type) else dict(info)
     return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()}
 
 

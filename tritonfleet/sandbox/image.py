@@ -21,6 +21,7 @@ import os
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -175,8 +176,9 @@ def base_layer(cache_dir: Path, base_tar: Path | None = None) -> tuple[Path, str
             writer = _HashingWriter(fh)
             with (
                 tarfile.open(raw, "r:*") as src,
-                tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as out,
-            ):  # type: ignore[call-overload]
+                # _HashingWriter has the one method a "w|" stream calls, not the whole file interface
+                tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as out,  # type: ignore[call-overload]
+            ):
                 _normalise_into(src, out)
         diff_id = _finish_layer(tmp, layer, writer, {"source": "custom" if base_tar else "mmdebstrap"})
     if base_tar is None:
@@ -283,7 +285,7 @@ def triton_layer(cache_dir: Path, neuron_runtime: str) -> tuple[Path, str]:
                         {"pytriton": _pytriton_version()}, "triton-layer-*")
 
 
-def cached_layer(layer: Path, entries: list[tuple[str, Path | bytes | None, int]], meta: dict,
+def cached_layer(layer: Path, entries: Sequence[tuple[str, Path | bytes | None, int]], meta: dict,
                  prune: str) -> tuple[Path, str]:
     """(layer tar, diff_id hex): the cached ``layer`` when it is complete, else written from ``entries``
     ((path, source, mode): a directory for None, the bytes, or a controller file's content) with fixed owners

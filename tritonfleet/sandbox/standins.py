@@ -22,6 +22,7 @@ import dataclasses
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from tritonfleet.sandbox.debbuild import (
     StandinFile,
@@ -137,7 +138,7 @@ def _neuron_tools(name: str, version: str, legacy: bool, conflicts: str) -> Stan
 
 
 def _neuron_marker(
-    name: str, version: str, libs: Iterable[str], summary: str, **kw: object
+    name: str, version: str, libs: Iterable[str], summary: str, **kw: Any
 ) -> StandinPackage:
     files = [
         StandinFile(

@@ -18,8 +18,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, overload
 
 from . import report as reports
 from .bind import Plan, bind_suite
@@ -38,6 +39,10 @@ class Server:
     name: str
     urls: dict[str, str]  # grpc|http -> grpc://host:port | http://host:port
 
+    @overload
+    def protocol(self, wanted: None) -> str: ...
+    @overload
+    def protocol(self, wanted: str | None) -> str | None: ...
     def protocol(self, wanted: str | None) -> str | None:
         """The protocol to use (``wanted`` or, by default, gRPC when the server has it); None: no URL for it."""
         if wanted is not None:
@@ -123,7 +128,7 @@ def plan(suites: list[LoadedSuite], opts: Options, connect: Callable[[Endpoint],
             for ls in suites:
                 job = Job(server, ls, skip=_skip_reason(ls, opts))
                 jobs.append(job)
-                if job.skip or down:
+                if job.skip or down or conn is None:
                     job.error = None if job.skip else down
                     continue
                 try:
@@ -173,7 +178,7 @@ def execute(jobs: list[Job], opts: Options, report: reports.Report, progress: Te
         for p, proto in zip(job.plans, job.protocols):  # noqa: B905 - 3.9
             endpoint = job.server.endpoint(proto)
             for c in p.concurrency:
-                lv = run_level(p, job.server.name, proto, c, lambda e=endpoint: Conn(e, opts.timeout, opts.headers))
+                lv = run_level(p, job.server.name, proto, c, partial(Conn, endpoint, opts.timeout, opts.headers))
                 report.levels.append(lv)
                 if progress is not None:
                     progress.write(f"{lv.status:7} {lv.model} {lv.case} concurrency={c} on {lv.server}\n")

@@ -176,15 +176,15 @@ def _load_case(index: int, case: Case, path: Path, display: str) -> LoadedCase:
             inputs[name] = Raw(where, array=arr, dtype=t.dtype)
         else:
             inputs[name] = Raw(where, values=t.values, dtype=t.dtype, shape=tuple(t.shape) if t.shape else None)
-    expected: dict[str, Raw] = {}
+    outputs: dict[str, Raw] = {}
     for name, o in (case.outputs or {}).items():
         where = f"{at}.outputs.{name}"
         if o.npy is not None:
-            expected[name] = Raw(where, array=_npy(base / o.npy, _relative(display, o.npy), display, f"{where}.npy"),
+            outputs[name] = Raw(where, array=_npy(base / o.npy, _relative(display, o.npy), display, f"{where}.npy"),
                                  dtype=o.dtype)
         elif o.values is not None:
-            expected[name] = Raw(where, values=o.values, dtype=o.dtype, shape=tuple(o.shape) if o.shape else None)
-    return LoadedCase(index, case, [inputs], [expected], where=[f"{at}.inputs"])
+            outputs[name] = Raw(where, values=o.values, dtype=o.dtype, shape=tuple(o.shape) if o.shape else None)
+    return LoadedCase(index, case, [inputs], [outputs], where=[f"{at}.inputs"])
 
 
 def read_document_or_case_error(path: Path, shown: str, file: str, where: str) -> Any:
