@@ -9,19 +9,12 @@ from pyinfra.api import FactBase
 
 from roles.facts import sections
 from tritonfleet import hostcontract as hc
-
-# The fields of ``docker inspect`` that hc.container_summary reads, and nothing else: never the container's
-# command line (Path, Args, Config.Cmd, Config.Entrypoint), which carries Triton's arguments and with them the
-# repository secret; a fact's output is printed by `pyinfra -vvv`.
-INSPECT_FORMAT = ('{"Id":{{json .Id}},"Name":{{json .Name}},"Image":{{json .Image}},'
-                  '"RestartCount":{{json .RestartCount}},'
-                  '"State":{"Running":{{json .State.Running}},"Restarting":{{json .State.Restarting}},'
-                  '"Status":{{json .State.Status}},"StartedAt":{{json .State.StartedAt}}},'
-                  '"Config":{"Image":{{json .Config.Image}},"Labels":{{json .Config.Labels}},'
-                  '"Env":{{json .Config.Env}}},'
-                  '"HostConfig":{"Devices":{{json .HostConfig.Devices}}}}')
+from tritonfleet.access.dockerinspect import INSPECT_FORMAT, parse_containers
 
 
+# INSPECT_FORMAT: the fields of ``docker inspect`` that hc.container_summary reads, and nothing else: never the
+# container's command line, which carries the repository secret (a fact's output is printed by `pyinfra -vvv`).
+# It and its parsing are shared with `tritonfleet status` and the rollout (tritonfleet.access.health).
 class DockerState(FactBase[dict]):
     """``{"containers": {name: summary}, "images": {ref: {id, labels, tags}}, "records": {name: ServerRecord}}``
     for tritonfleet's Triton containers, the images ``images`` and the server records."""
@@ -44,11 +37,8 @@ class DockerState(FactBase[dict]):
         out = self.default()
         for key, lines in sections(output).items():
             text = "\n".join(lines).strip()
-            if key == "containers":
-                for line in lines:  # one JSON object per container (INSPECT_FORMAT)
-                    if line.startswith("{"):
-                        c = json.loads(line)
-                        out["containers"][c["Name"].lstrip("/")] = hc.container_summary(c)
+            if key == "containers":  # one JSON object per container (INSPECT_FORMAT)
+                out["containers"] = parse_containers(lines)
             elif key.startswith("image ") and text.startswith("{"):
                 data = json.loads(text)
                 out["images"][key[6:]] = {"id": data.get("Id"),

@@ -77,3 +77,24 @@ def test_a_throttle_is_retried_then_reported_in_one_line(throttling, monkeypatch
     assert line == ("AWS throttled the requests after 10 attempts (RequestLimitExceeded: Request limit exceeded.); "
                     "run it again in a minute, or with fewer concurrent tritonfleet runs against this account and "
                     "region")
+
+
+def test_each_failed_attempt_is_a_debug_line_of_the_fleet_log(throttling, monkeypatch, caplog):
+    """`tritonfleet -v`: a throttled call says each attempt (the client made by aws.client, as fleet code makes
+    them), and nothing at INFO: without -v the user sees only the one line of the end."""
+    import logging
+
+    url, calls = throttling
+    monkeypatch.setattr(botocore.endpoint.time, "sleep", lambda s: None)
+    monkeypatch.setattr(botocore.retries.bucket.TokenBucket, "acquire", lambda self, *a, **k: True)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", url)
+    caplog.set_level(logging.DEBUG, logger=aws.logger.name)
+    with pytest.raises(ClientError):
+        aws.client("ec2", "us-east-1").describe_instances()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == aws.logger.name]
+    assert said == [(logging.DEBUG, f"ec2 DescribeInstances: attempt {n} of at most 10 failed: RequestLimitExceeded "
+                                    "HTTP 503") for n in range(1, len(calls) + 1)]
+    assert len(calls) == aws.MAX_ATTEMPTS
+    assert "testing" not in caplog.text  # no credentials in the log

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import logging
 import os
 import re
 import shutil
@@ -15,8 +16,17 @@ import time
 
 import pytest
 
-from tritonfleet.face import status
+from tritonfleet.access import health
 from tritonfleet.fleet import rollout as ro
+
+
+@pytest.fixture
+def said(caplog):
+    """The rollout's progress lines (its logger's INFO records, which the command line shows on stderr), as a
+    function giving those logged so far."""
+    caplog.set_level(logging.INFO, logger=ro.logger.name)
+    return lambda: [r.getMessage() for r in caplog.records if r.name == ro.logger.name and r.levelno == logging.INFO]
+
 
 # -- the reports lock ------------------------------------------------------------------------------------------
 
@@ -220,23 +230,29 @@ class Clock:
 
 
 def fake_status(monkeypatch, answers, tick: float = 0.0):
-    """host_status answering ``answers`` in turn (the last one for ever); the clock moves in sleeps and by
+    """The health reader answering ``answers`` in turn (the last one for ever); the clock moves in sleeps and by
     ``tick`` at each reading."""
     clock = Clock(tick)
     asked = []
 
-    def host_status(name, data):
+    def read_host(name, data):
         asked.append((name, data))
         return answers[min(len(asked), len(answers)) - 1]
 
-    monkeypatch.setattr(status, "host_status", host_status)
+    monkeypatch.setattr(health, "read_host", read_host)
     monkeypatch.setattr(ro.time, "monotonic", clock.monotonic)
     monkeypatch.setattr(ro.time, "sleep", clock.sleep)
     return clock, asked
 
 
-DOWN = [{"server": "triton", "state": "exited", "ready_models": "-", "serving": False}]
-UP = [{"server": "triton", "serving": True}]
+def server(name: str = "triton", status: str = "running", ready: bool = True, models=("m1",)) -> health.ServerHealth:
+    container = {"image": "i:1", "status": status, "restarting": status == "restarting", "restart_count": 0,
+                 "running": status in ("running", "restarting"), "started_at": "", "devices": [], "labels": {}}
+    return health.ServerHealth("h1", name, "8000", container, None, ready, list(models) if models else None)
+
+
+DOWN = health.HostHealth("h1", [server(status="exited", ready=False, models=None)])
+UP = health.HostHealth("h1", [server()])
 
 
 def test_a_host_serving_at_once_is_back_without_waiting(monkeypatch):
@@ -254,7 +270,7 @@ def test_a_host_serving_at_the_second_look_is_back_after_one_3s_pause(monkeypatc
 
 def test_a_host_that_never_serves_is_given_120s_by_default(monkeypatch):
     clock, asked = fake_status(monkeypatch, [DOWN], tick=1)
-    assert ro.serving("h1", {}) == (False, "triton: exited, ready: -")
+    assert ro.serving("h1", {}) == (False, "triton: exited, ready: not answering")
     assert len(asked) == 31 and set(clock.slept) == {3}  # deadline read at 0; looks end at 1, 5, ... 121
 
 
@@ -265,12 +281,17 @@ def test_the_look_at_the_deadline_itself_is_not_the_last(monkeypatch):
 
 
 def test_what_the_last_look_saw_is_said_server_by_server(monkeypatch):
-    rows = [{"server": "a", "error": "ssh: unreachable", "serving": False},
-            {"server": "b", "state": "running", "ready_models": "m1", "serving": True}]
-    fake_status(monkeypatch, [rows])
-    assert ro.serving("h1", {}, timeout=0) == (False, "ssh: unreachable; b: running, ready: m1")
-    fake_status(monkeypatch, [[]])
-    assert ro.serving("h1", {}, timeout=0) == (False, "no servers")
+    fake_status(monkeypatch, [health.HostHealth("h1", [server("a", "restarting"), server("b")])])
+    assert ro.serving("h1", {}, timeout=0) == (False, "a: restarting, ready: m1; b: running, ready: m1")
+    fake_status(monkeypatch, [health.HostHealth("h1", [server("a", "exited", ready=False, models=None),
+                                                       server("b", models=None)])])
+    assert ro.serving("h1", {}, timeout=0) == (False, "a: exited, ready: not answering; b: running, ready: -")
+    fake_status(monkeypatch, [health.HostHealth("h1", unreachable="ssh: unreachable")])
+    assert ro.serving("h1", {}, timeout=0) == (False, "ssh: unreachable")
+    fake_status(monkeypatch, [health.HostHealth("h1")])
+    assert ro.serving("h1", {}, timeout=0) == (False, "no Triton servers")
+    fake_status(monkeypatch, [health.HostHealth("h1", docker_error="permission denied")])
+    assert ro.serving("h1", {}, timeout=0) == (False, "no Triton servers (docker: permission denied)")
 
 
 # -- a step that cannot start, an unhealthy put back, an interrupt ---------------------------------------------
@@ -280,23 +301,22 @@ def rollout_of(monkeypatch, tmp_path, run, hosts=("h1",), canary=1, batch=1, lb=
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
     monkeypatch.setattr(ro, "serving", lambda name, data: (True, ""))
     monkeypatch.setattr(ro.Runner, "run", run)
-    lines: list[str] = []
     opts = ro.Options(inventory="inv.py", canary=canary, batch=batch, fail_percent=100, reports_dir=str(tmp_path))
-    return ro.Rollout(opts, [(h, {}) for h in hosts], lb, lines.append), lines
+    return ro.Rollout(opts, [(h, {}) for h in hosts], lb)
 
 
 def test_a_step_that_cannot_even_start_fails_the_host_with_the_reason(monkeypatch, tmp_path):
     def run(self, deploy, host, data=None):
         raise FileNotFoundError(2, "No such file or directory: 'pyinfra'")
 
-    rollout, _ = rollout_of(monkeypatch, tmp_path, run)
+    rollout = rollout_of(monkeypatch, tmp_path, run)
     (h1,) = rollout.run()["hosts"]
     assert (h1["status"], h1["failed_step"]) == ("rollback failed", "serve")
     assert h1["message"] == ("[Errno 2] No such file or directory: 'pyinfra' | rollback: [Errno 2] No such file or "
                              "directory: 'pyinfra'")
 
 
-def test_a_host_not_healthy_again_is_said_with_the_reason(monkeypatch, tmp_path):
+def test_a_host_not_healthy_again_is_said_with_the_reason(monkeypatch, tmp_path, said):
     class LB:
         def take_out(self, name, data):
             pass
@@ -304,25 +324,25 @@ def test_a_host_not_healthy_again_is_said_with_the_reason(monkeypatch, tmp_path)
         def put_back(self, name, data):
             raise ro.RolloutError("target i-1 not healthy after 600s")
 
-    rollout, lines = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""), lb=LB())
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""), lb=LB())
     rollout.run()
-    assert "h1: not healthy in the load balancer: target i-1 not healthy after 600s" in lines
+    assert "h1: not healthy in the load balancer: target i-1 not healthy after 600s" in said()
 
 
-def test_an_interrupt_lets_the_batch_in_flight_finish_and_starts_no_other(monkeypatch, tmp_path):
+def test_an_interrupt_lets_the_batch_in_flight_finish_and_starts_no_other(monkeypatch, tmp_path, said):
     holder = {}
 
     def run(self, deploy, host, data=None):
         if host == "h1":
-            ro._interrupt(holder["rollout"], holder["out"])
+            ro._interrupt(holder["rollout"])
         return True, ""
 
-    rollout, lines = rollout_of(monkeypatch, tmp_path, run, hosts=("h1", "h2", "h3"))
-    holder.update(rollout=rollout, out=rollout.out)
+    rollout = rollout_of(monkeypatch, tmp_path, run, hosts=("h1", "h2", "h3"))
+    holder.update(rollout=rollout)
     report = rollout.run()
     assert report["stopped"] == "interrupted"
     assert [h["status"] for h in report["hosts"]] == ["updated", "not started", "not started"]
-    assert "interrupted: the hosts in flight finish their steps; no new batch starts" in lines
+    assert "interrupted: the hosts in flight finish their steps; no new batch starts" in said()
 
 
 def test_a_lock_left_twice_is_left_once(tmp_path):
@@ -432,7 +452,7 @@ def main_with(monkeypatch, tmp_path, **options):
     monkeypatch.setattr(ro.Runner, "run", lambda self, deploy, host, data=None: (True, ""))
     monkeypatch.setattr(ro, "print_summary", lambda report: None)
     opts = ro.Options(inventory="inv.py", reports_dir=str(tmp_path), **options)
-    rc = ro.main(opts, out=lambda line: None)
+    rc = ro.main(opts)
     (path,) = tmp_path.glob("rollout-*.json")
     return rc, json.loads(path.read_text()), asked
 
@@ -458,7 +478,7 @@ def test_an_inventory_without_hosts_is_refused(monkeypatch, tmp_path):
 
     monkeypatch.setattr(inventory, "load_inventory", lambda path: [])
     with pytest.raises(ro.RolloutError) as caught:
-        ro.main(ro.Options(inventory="inv.py", reports_dir=str(tmp_path)), out=lambda line: None)
+        ro.main(ro.Options(inventory="inv.py", reports_dir=str(tmp_path)))
     assert str(caught.value) == "inv.py: no hosts"
 
 
@@ -492,7 +512,7 @@ def test_the_target_group_waits_in_the_region_by_the_delay_and_timeout_given(mon
 # -- one host: the data it is given, the reasons it keeps, its time and line -----------------------------------
 
 
-def test_every_step_of_a_host_gets_its_own_data_and_the_compact_point(monkeypatch, tmp_path):
+def test_every_step_of_a_host_gets_its_own_data_and_the_compact_point(monkeypatch, tmp_path, said):
     seen = []
     data = {"ssh_hostname": "10.0.0.1"}
 
@@ -507,7 +527,7 @@ def test_every_step_of_a_host_gets_its_own_data_and_the_compact_point(monkeypatc
         seen.append((deploy, extra))
         return deploy.endswith("rollback.py"), "serve on h1 failed"
 
-    rollout, lines = rollout_of(monkeypatch, tmp_path, run, lb=LB())
+    rollout = rollout_of(monkeypatch, tmp_path, run, lb=LB())
     rollout.hosts["h1"] = data
     monkeypatch.setattr(ro, "rollback_point", lambda name, got: seen.append(("point", got)) or
                         {"servers": {"triton": "spec-a"}, "models_version": None})
@@ -517,7 +537,7 @@ def test_every_step_of_a_host_gets_its_own_data_and_the_compact_point(monkeypatc
     assert seen == [("point", data), ("take out", data), ("deploys/serve.py", None),
                     ("deploys/rollback.py", {"rollback_point": '{"servers":{"triton":"spec-a"},"models_version":null}'}),
                     ("serving", data), ("put back", data)]
-    assert "h1: serve failed, rolling back: serve on h1 failed" in lines
+    assert "h1: serve failed, rolling back: serve on h1 failed" in said()
 
 
 def test_a_host_that_cannot_leave_the_load_balancer_is_not_changed(monkeypatch, tmp_path):
@@ -528,13 +548,13 @@ def test_a_host_that_cannot_leave_the_load_balancer_is_not_changed(monkeypatch, 
         def put_back(self, name, data):
             pass
 
-    rollout, _ = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""), lb=LB())
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""), lb=LB())
     r = rollout.roll("h1", 1)
     assert (r.status, r.failed_step, r.message) == ("not changed", "take out", "deregister: AccessDenied")
 
 
 def test_a_rollback_after_which_the_host_does_not_serve_says_what_it_saw(monkeypatch, tmp_path):
-    rollout, _ = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
                             (deploy.endswith("rollback.py"), "serve on h1 failed"))
     monkeypatch.setattr(ro, "serving", lambda name, data: (False, "triton: exited"))
     r = rollout.roll("h1", 1)
@@ -547,7 +567,7 @@ def test_a_host_whose_rollout_breaks_unexpectedly_is_a_rollback_failure_with_the
         def get(self, key, default=None):
             raise ValueError("bad host data")
 
-    rollout, _ = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""))
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""))
     rollout.hosts["h1"] = Broken()
     r = rollout.roll("h1", 1)
     assert (r.status, r.failed_step, r.message) == ("rollback failed", "rollout", "ValueError: bad host data")
@@ -557,7 +577,7 @@ def test_an_unexpected_error_after_a_failed_step_keeps_the_step_and_its_reason(m
     def lost(name, data):
         raise RuntimeError("ssh lost")
 
-    rollout, _ = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
                             (deploy.endswith("rollback.py"), "serve on h1 failed"))
     monkeypatch.setattr(ro, "serving", lost)
     r = rollout.roll("h1", 1)
@@ -573,12 +593,12 @@ def test_an_unexpected_error_keeps_a_failure_status_already_given(monkeypatch, t
         def put_back(self, name, data):
             raise ro.RolloutError("unhealthy")
 
-    def out(line):
-        if "not healthy" in line:
+    def info(msg, *args, **kwargs):  # a line that cannot be said breaks the host's rollout after its status
+        if "not healthy" in msg:
             raise OSError("stdout closed")
 
-    rollout, _ = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""), lb=LB())
-    rollout.out = out
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""), lb=LB())
+    monkeypatch.setattr(ro.logger, "info", info)
     r = rollout.roll("h1", 1)
     assert (r.status, r.failed_step) == ("out of the load balancer", "put back")
     assert r.message == "put back: unhealthy | OSError: stdout closed"
@@ -586,40 +606,40 @@ def test_an_unexpected_error_keeps_a_failure_status_already_given(monkeypatch, t
 
 @pytest.mark.parametrize("outcome, line", [((True, ""), "h1: updated in 2.3s"),
                                            ((False, "x"), "h1: rolled back (serve) in 2.3s")])
-def test_a_host_says_its_status_step_and_time_to_a_tenth_of_a_second(monkeypatch, tmp_path, outcome, line):
+def test_a_host_says_its_status_step_and_time_to_a_tenth_of_a_second(monkeypatch, tmp_path, outcome, line, said):
     clock = iter([10.0, 12.345])
-    rollout, lines = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
                                 (True, "") if deploy.endswith("rollback.py") else outcome)
     monkeypatch.setattr(ro.time, "monotonic", lambda: next(clock))
     r = rollout.roll("h1", 3)
     assert (r.batch, r.seconds) == (3, 2.3)
-    assert lines == [line] if outcome[0] else lines[-1] == line
+    assert said() == [line] if outcome[0] else said()[-1] == line
 
 
 # -- the fleet: batches, leftovers, interrupts, the exit code --------------------------------------------------
 
 
-def test_the_batches_are_numbered_from_one_and_the_first_is_the_canary(monkeypatch, tmp_path):
-    rollout, lines = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""),
+def test_the_batches_are_numbered_from_one_and_the_first_is_the_canary(monkeypatch, tmp_path, said):
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""),
                                 hosts=("h1", "h2", "h3", "h4"), canary=1, batch=2)
     report = rollout.run()
-    assert [line for line in lines if line.startswith("batch")] == ["batch 1/3 (canary): h1", "batch 2/3: h2, h3",
+    assert [line for line in said() if line.startswith("batch")] == ["batch 1/3 (canary): h1", "batch 2/3: h2, h3",
                                                                     "batch 3/3: h4"]
     assert [h["batch"] for h in report["hosts"]] == [1, 2, 2, 3]
 
 
-def test_without_a_canary_no_batch_is_called_one(monkeypatch, tmp_path):
-    rollout, lines = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""),
+def test_without_a_canary_no_batch_is_called_one(monkeypatch, tmp_path, said):
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""),
                                 hosts=("h1", "h2", "h3"), canary=0, batch=2)
     rollout.run()
-    assert [line for line in lines if line.startswith("batch")] == ["batch 1/2: h1, h2", "batch 2/2: h3"]
+    assert [line for line in said() if line.startswith("batch")] == ["batch 1/2: h1, h2", "batch 2/2: h3"]
 
 
-def test_the_runs_an_earlier_rollout_left_are_named(monkeypatch, tmp_path):
-    rollout, lines = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""))
+def test_the_runs_an_earlier_rollout_left_are_named(monkeypatch, tmp_path, said):
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""))
     (tmp_path / ".rollout-running.json").write_text(json.dumps({"999998": "h2", "999999": "h1"}))
     rollout.run()
-    assert lines[0] == "waited for the runs an earlier rollout left on h1, h2"
+    assert said()[0] == "waited for the runs an earlier rollout left on h1, h2"
 
 
 def test_a_target_group_that_cannot_be_used_ends_main_with_its_reason(monkeypatch, tmp_path):
@@ -638,7 +658,7 @@ def test_a_target_group_that_cannot_be_used_ends_main_with_its_reason(monkeypatc
     assert str(caught.value) == "arn:tg: h1 has no instance_id"
 
 
-def test_ctrl_c_during_main_finishes_the_batch_and_starts_no_other(monkeypatch, tmp_path):
+def test_ctrl_c_during_main_finishes_the_batch_and_starts_no_other(monkeypatch, tmp_path, said):
     import signal
 
     from tritonfleet.access import inventory
@@ -653,16 +673,15 @@ def test_ctrl_c_during_main_finishes_the_batch_and_starts_no_other(monkeypatch, 
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
     monkeypatch.setattr(ro.Runner, "run", run)
     monkeypatch.setattr(ro, "print_summary", lambda report: None)
-    lines: list[str] = []
     before = signal.getsignal(signal.SIGINT)
-    rc = ro.main(ro.Options(inventory="inv.py", reports_dir=str(tmp_path)), out=lines.append)
+    rc = ro.main(ro.Options(inventory="inv.py", reports_dir=str(tmp_path)))
     assert signal.getsignal(signal.SIGINT) is before
     (path,) = tmp_path.glob("rollout-*.json")
     report = json.loads(path.read_text())
     assert rc == 1 and report["stopped"] == "interrupted"
     assert [h["status"] for h in report["hosts"]] == ["updated", "not started", "not started"]
-    assert "interrupted: the hosts in flight finish their steps; no new batch starts" in lines
-    assert lines[-1] == f"report: {path}"
+    assert "interrupted: the hosts in flight finish their steps; no new batch starts" in said()
+    assert said()[-1] == f"report: {path}"
 
 
 def test_a_failed_host_within_fail_percent_still_fails_main(monkeypatch, tmp_path):
@@ -675,7 +694,7 @@ def test_a_failed_host_within_fail_percent_still_fails_main(monkeypatch, tmp_pat
                         (host != "h1" or deploy.endswith("rollback.py"), "x"))
     monkeypatch.setattr(ro, "print_summary", lambda report: None)
     opts = ro.Options(inventory="inv.py", reports_dir=str(tmp_path), fail_percent=100)
-    assert ro.main(opts, out=lambda line: None) == 1
+    assert ro.main(opts) == 1
     (path,) = tmp_path.glob("rollout-*.json")
     report = json.loads(path.read_text())
     assert report["failures"] == 1 and report["stopped"] is None
@@ -772,13 +791,13 @@ def test_every_host_of_a_batch_runs_at_once(monkeypatch, tmp_path):
         barrier.wait()
         return True, ""
 
-    rollout, _ = rollout_of(monkeypatch, tmp_path, run, hosts=hosts, canary=0, batch=len(hosts))
+    rollout = rollout_of(monkeypatch, tmp_path, run, hosts=hosts, canary=0, batch=len(hosts))
     assert {h["status"] for h in rollout.run()["hosts"]} == {"updated"}
 
 
 @pytest.mark.parametrize("fail_percent, stopped", [(10, True), (25, False)])
 def test_new_batches_stop_once_the_failures_pass_fail_percent(monkeypatch, tmp_path, fail_percent, stopped):
-    rollout, _ = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
                             (host != "h1" or deploy.endswith("rollback.py"), "x"), hosts=("h1", "h2", "h3", "h4"))
     rollout.opts.fail_percent = fail_percent
     report = rollout.run()
@@ -787,7 +806,7 @@ def test_new_batches_stop_once_the_failures_pass_fail_percent(monkeypatch, tmp_p
 
 
 def test_a_failure_in_the_last_batch_stops_nothing(monkeypatch, tmp_path):
-    rollout, _ = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None:
                             (host != "h2" or deploy.endswith("rollback.py"), "x"), hosts=("h1", "h2"))
     rollout.opts.fail_percent = 0
     report = rollout.run()
@@ -795,7 +814,7 @@ def test_a_failure_in_the_last_batch_stops_nothing(monkeypatch, tmp_path):
 
 
 def test_the_report_says_what_was_rolled_out_how(monkeypatch, tmp_path):
-    rollout, _ = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""), batch=3)
+    rollout = rollout_of(monkeypatch, tmp_path, lambda self, deploy, host, data=None: (True, ""), batch=3)
     report = rollout.run()
     del report["hosts"]
     assert report == {"inventory": "inv.py", "deploy": "deploys/serve.py", "batch": 3, "canary": 1,

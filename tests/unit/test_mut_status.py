@@ -1,6 +1,7 @@
-"""``tritonfleet status`` in detail (from the mutation survivors of tritonfleet/face/status.py): uptimes as
-Docker's timestamps give them, endpoints, the command that asks Triton and what its answers mean, the previous
-spec, rows without a container, the repository header, the exporters column, and the printed table."""
+"""``tritonfleet status`` in detail (from the mutation survivors of tritonfleet/face/status.py, whose reading
+is now tritonfleet/access/health.py): uptimes as Docker's timestamps give them, endpoints, the command that asks
+Triton and what its answers mean, the previous spec, rows without a container, the repository header, the
+exporters column, and the printed table."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import pytest
 
 from tritonfleet import hostcontract as hc
+from tritonfleet.access import health
 from tritonfleet.face import status
 
 
@@ -58,18 +60,20 @@ class _Canned:
         self.out, self.rc, self.record, self.calls, self.closed = out, rc, record, [], False
         self.containers, self.record_rc = containers, record_rc
 
+    name = "h1"
+
     def run(self, command, *, stdin=None, timeout=30, root=False):
         self.calls.append({"command": command, "stdin": stdin, "root": root})
         if command.startswith("cat "):
             return (self.record_rc, self.record, "") if self.record is not None else (1, "", "No such file")
+        if command.startswith("ids=$(docker ps "):  # a Docker that does not answer says nothing here
+            if self.containers is None:
+                return 1, "", ""
+            return 0, "\n".join(["@@listed", *(json.dumps(c) for c in self.containers)]) + "\n", ""
         return self.rc, self.out, ""
 
-    def docker(self, timeout=30):
-        if self.containers is None:
-            raise RuntimeError("")
-        from test_status_cli import _Docker
-
-        return _Docker(self.containers)
+    def triton_calls(self) -> list[dict]:
+        return [c for c in self.calls if not c["command"].startswith(("cat ", "ids=$(docker ps "))]
 
     def close(self):
         self.closed = True
@@ -77,17 +81,17 @@ class _Canned:
 
 def test_triton_is_asked_at_the_clients_address_then_loopback_with_the_header_on_stdin():
     session = _Canned()
-    status._triton(session, "10.0.0.5", "8000", "k: v")
+    health.ask_triton(session, "10.0.0.5", "8000", "k: v")
     (call,) = session.calls
     assert call["stdin"] == "k: v" and call["root"] is False
     assert call["command"] == (
         "hdr=$(cat); for a in 10.0.0.5 127.0.0.1; do b=http://$a:8000/v2; "
         "curl -fsS -m 3 -o /dev/null $b/health/ready || continue; echo @ready; "
         "printf '%s' \"$hdr\" | curl -fsS -m 3 -X POST -H @- $b/repository/index; break; done")
-    status._triton(session, "fd00::1", "8010", "k: v")
+    health.ask_triton(session, "fd00::1", "8010", "k: v")
     assert session.calls[-1]["command"].startswith("hdr=$(cat); for a in '[fd00::1]' 127.0.0.1; do "
                                                    "b=http://$a:8010/v2; ")
-    status._triton(session, "127.0.0.1", "8000", "k: v")
+    health.ask_triton(session, "127.0.0.1", "8000", "k: v")
     assert session.calls[-1]["command"].startswith("hdr=$(cat); for a in 127.0.0.1; do ")
 
 
@@ -102,7 +106,7 @@ def test_triton_is_asked_at_the_clients_address_then_loopback_with_the_header_on
     ('[{"name": "a", "state": "READY"}]', (False, ["a"])),
 ])
 def test_what_tritons_answer_means(out, answer):
-    assert status._triton(_Canned(out), "h", "8000", "k: v") == answer
+    assert health.ask_triton(_Canned(out), "h", "8000", "k: v") == answer
 
 
 def _record(previous: dict | None) -> str:
@@ -110,28 +114,37 @@ def _record(previous: dict | None) -> str:
     return json.dumps({**rec, "previous": previous and {**rec, **previous}})
 
 
+def _previous(session) -> str:
+    """The previous column of a server: what the reader reads, as the table shows it."""
+    return status._previous(health.previous_record(session, "left"))
+
+
 def test_the_previous_spec_is_read_as_root_from_the_servers_record():
     session = _Canned(record=_record({"image": "tritonserver:1", "spec": "old"}))
-    assert status._previous(session, "left") == "tritonserver:1 (spec old)"
+    record = health.previous_record(session, "left")
+    assert (record.image, record.spec) == ("tritonserver:1", "old")
+    assert status._previous(record) == "tritonserver:1 (spec old)"
     assert session.calls == [{"command": f"cat {hc.record_path('left')}", "stdin": None, "root": True}]
-    assert status._previous(_Canned(record=_record(None)), "left") == "-"
-    assert status._previous(_Canned(record=None), "left") == "-"
-    assert status._previous(_Canned(record="garbage"), "left") == "-"
+    assert health.previous_record(_Canned(record=_record(None)), "left") is None
+    assert _previous(_Canned(record=_record(None))) == "-"
+    assert _previous(_Canned(record=None)) == "-"
+    assert _previous(_Canned(record="garbage")) == "-"
     failed = _Canned(record=_record({"image": "tritonserver:1", "spec": "old"}), record_rc=1)
-    assert status._previous(failed, "left") == "-"  # a read that failed is not trusted, whatever it printed
+    assert _previous(failed) == "-"  # a read that failed is not trusted, whatever it printed
 
 
 def test_a_host_without_an_instance_type_or_with_a_bad_config_places_no_servers():
-    assert status._expected("h", {}) == {}
-    assert status._expected("h", {"instance_type": "inf2.24xlarge", "triton_servers": "nonsense"}) == {}
+    assert health.expected_servers("h", {}) == {}
+    assert health.expected_servers("h", {"instance_type": "inf2.24xlarge", "triton_servers": "nonsense"}) == {}
 
 
 def test_a_row_without_a_container_says_why_and_where_clients_would_go():
-    row = status.server_row("h1", {"ssh_hostname": "10.0.0.5"}, "left", None, "x" * 100, "8010", True, None)
+    s = health.ServerHealth("h1", "left", "8010", None, "x" * 100, True, None)
+    row = status.server_row({"ssh_hostname": "10.0.0.5"}, s)
     assert row == {"host": "h1", "server": "left", "image": "?", "devices": "?", "cores": "-",
                    "state": f"docker not answering ({'x' * 60})", "uptime": "-", "ready_models": "-",
                    "endpoint": "http://10.0.0.5:8010", "serving": True}
-    row = status.server_row("h1", {}, "left", None, None, "8010", False, ["b", "a"])
+    row = status.server_row({}, health.ServerHealth("h1", "left", "8010", None, None, False, ["b", "a"]))
     assert row["state"] == "missing (expected left)" and row["endpoint"] == "http://h1:8010"
     assert row["ready_models"] == "b, a" and row["serving"] is False
 
@@ -142,14 +155,17 @@ def _summary(**over) -> dict:
     return {**c, **over}
 
 
+def _row(c: dict, ready: bool, models: list[str] | None) -> dict:
+    return status.server_row({"ssh_hostname": "a"}, health.ServerHealth("h1", "t", "8000", c, None, ready, models))
+
+
 def test_devices_and_cores_come_from_the_container_or_its_labels():
-    row = status.server_row("h1", {"ssh_hostname": "a"}, "t", _summary(devices=["/dev/neuron0", "/dev/neuron1"]),
-                            None, "8000", True, ["m"])
+    row = _row(_summary(devices=["/dev/neuron0", "/dev/neuron1"]), True, ["m"])
     assert row["devices"] == "neuron0,neuron1" and row["cores"] == "-" and row["state"] == "running"
     labels = {hc.LABEL_ENDPOINT: "0.0.0.0:8000", hc.LABEL_DEVICES: "0,1", hc.LABEL_CORES: "0-3"}
-    row = status.server_row("h1", {"ssh_hostname": "a"}, "t", _summary(labels=labels), None, "8000", True, ["m"])
+    row = _row(_summary(labels=labels), True, ["m"])
     assert row["devices"] == "0,1" and row["cores"] == "0-3" and row["endpoint"] == "http://a:8000"
-    row = status.server_row("h1", {"ssh_hostname": "a"}, "t", _summary(restart_count=2), None, "8000", True, None)
+    row = _row(_summary(restart_count=2), True, None)
     assert row["devices"] == "-" and row["state"] == "running (2 restarts)" and row["uptime"] == "-"
     assert row["serving"] is True and row["ready_models"] == "-"
 
@@ -157,23 +173,23 @@ def test_devices_and_cores_come_from_the_container_or_its_labels():
 def test_host_status_sends_the_repository_header_and_asks_the_default_port(monkeypatch):
     session = _Canned('@ready\n[{"name": "m", "state": "READY"}]', record=_record({"image": "i:0", "spec": "s0"}))
     connected = []
-    monkeypatch.setattr(status, "connect", lambda name, data: connected.append(name) or session)
-    monkeypatch.setattr(status, "_expected", lambda name, data: {"left": 8010, "right": 8020})
+    monkeypatch.setattr(health, "connect", lambda name, data: connected.append(name) or session)
+    monkeypatch.setattr(health, "expected_servers", lambda name, data: {"left": 8010, "right": 8020})
     rows = status.host_status("h1", {"triton_repository_secret": "sec"}, previous=True)
     assert session.closed
     assert [(r["server"], r["endpoint"], r["previous"], r["state"]) for r in rows] == [
-        ("left", "http://h1:8010", "i:0 (spec s0)", "docker not answering (RuntimeError)"),
-        ("right", "http://h1:8020", "i:0 (spec s0)", "docker not answering (RuntimeError)")]
+        ("left", "http://h1:8010", "i:0 (spec s0)", "docker not answering (docker exited with status 1)"),
+        ("right", "http://h1:8020", "i:0 (spec s0)", "docker not answering (docker exited with status 1)")]
     assert connected == ["h1"]
     assert [c["command"] for c in session.calls if c["command"].startswith("cat ")] == [
         f"cat {hc.record_path('left')}", f"cat {hc.record_path('right')}"]
-    asked = [c for c in session.calls if not c["command"].startswith("cat ")]
+    asked = session.triton_calls()
     assert [c["stdin"] for c in asked] == ["x-tritonfleet-repository-key: sec"] * 2
     assert "for a in 127.0.0.1; do b=http://$a:8010/v2;" in asked[0]["command"]
     assert "for a in 127.0.0.1; do b=http://$a:8020/v2;" in asked[1]["command"]
     session.calls.clear()
     rows = status.host_status("h1", {"triton_repository_header": "x-key"})
-    assert "previous" not in rows[0] and [c["stdin"] for c in session.calls] == ["x-key: "] * 2
+    assert "previous" not in rows[0] and [c["stdin"] for c in session.triton_calls()] == ["x-key: "] * 2
 
 
 def test_fleet_status_gives_every_hosts_rows_and_the_exporters_column(monkeypatch, tmp_path):
@@ -241,11 +257,11 @@ def test_containers_are_keyed_by_their_server_label_and_asked_where_they_listen(
     bare = _container("right", "running")
     del bare["Config"]["Labels"]["com.tritonfleet.endpoint"]  # no endpoint label, not placed: Triton's 8000
     session = _Canned('@ready\n[{"name": "m", "state": "READY"}]', containers=[named, bare])
-    monkeypatch.setattr(status, "connect", lambda name, data: session)
+    monkeypatch.setattr(health, "connect", lambda name, data: session)
     rows = status.host_status("h1", {"ssh_hostname": "10.0.0.5"})
     assert [(r["server"], r["endpoint"], r["ready_models"]) for r in rows] == [
         ("left", "http://10.0.0.5:8010", "m"), ("right", "-", "m")]
-    commands = [c["command"] for c in session.calls]
+    commands = [c["command"] for c in session.triton_calls()]
     assert commands[0].startswith("hdr=$(cat); for a in 10.0.0.5 127.0.0.1; do b=http://$a:8010/v2; ")
     assert commands[1].startswith("hdr=$(cat); for a in 10.0.0.5 127.0.0.1; do b=http://$a:8000/v2; ")
 

@@ -4,6 +4,7 @@ against the sandbox: tests/e2e/test_08_rollout.py), and the target group with mo
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import boto3
@@ -42,7 +43,7 @@ def fake(monkeypatch, tmp_path, failing: dict[str, str], fail_percent: float, ba
     monkeypatch.setattr(ro, "serving", lambda name, data: (True, ""))
     opts = ro.Options(inventory="inv.py", batch=batch, canary=1, fail_percent=fail_percent,
                       reports_dir=str(tmp_path))
-    return ro.Rollout(opts, hosts, out=lambda line: None), calls
+    return ro.Rollout(opts, hosts), calls
 
 
 def test_a_host_failing_qa_is_rolled_back_with_its_point_and_the_rest_continue(monkeypatch, tmp_path):
@@ -145,7 +146,8 @@ def test_a_host_that_did_not_serve_after_its_rollback_stays_out_of_the_load_bala
     assert ("back", "h1") in rollout.lb.calls
 
 
-def test_the_exit_code_is_non_zero_and_the_report_names_the_host_out_of_the_load_balancer(monkeypatch, tmp_path):
+def test_the_exit_code_is_non_zero_and_the_report_names_the_host_out_of_the_load_balancer(monkeypatch, tmp_path,
+                                                                                          caplog):
     from tritonfleet.access import inventory
     from tritonfleet.fleet import lb
 
@@ -161,9 +163,10 @@ def test_the_exit_code_is_non_zero_and_the_report_names_the_host_out_of_the_load
             pass
 
     monkeypatch.setattr(lb, "TargetGroup", Group)
-    lines = []
+    caplog.set_level(logging.INFO, logger=ro.logger.name)
     opts = ro.Options(inventory="inv.py", canary=1, reports_dir=str(tmp_path), target_group="arn:tg")
-    assert ro.main(opts, out=lines.append) == 1
+    assert ro.main(opts) == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == ro.logger.name]
     (path,) = tmp_path.glob("rollout-*.json")
     written = json.loads(path.read_text())
     assert written["failures"] == 1 and written["hosts"][0]["status"] == "out of the load balancer"
@@ -231,8 +234,8 @@ def test_two_rollouts_against_one_reports_directory_refuse_to_run_at_once(monkey
     with ro.ReportsLock(str(tmp_path)):
         with pytest.raises(ro.RolloutError, match=rf"another rollout is running against {tmp_path}/ \(pid "
                                                   rf"{os.getpid()}, since "):
-            ro.main(opts, out=lambda line: None)
-    assert ro.main(opts, out=lambda line: None) == 0  # free again once the first has ended
+            ro.main(opts)
+    assert ro.main(opts) == 0  # free again once the first has ended
 
 
 def test_a_run_over_its_step_timeout_that_ignores_sigterm_is_killed_in_bounded_time(tmp_path, monkeypatch):

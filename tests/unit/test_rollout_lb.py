@@ -8,6 +8,7 @@ registration to get a target that never turns healthy."""
 from __future__ import annotations
 
 import json
+import logging
 
 import boto3
 import pytest
@@ -84,7 +85,7 @@ def test_a_host_without_its_key_is_refused_before_the_rollout_starts(prod):
         tg.check([(name, {k: v for k, v in data.items() if k != "ec2_private_ip"})])
 
 
-def test_a_host_whose_target_never_turns_healthy_fails_the_rollout(prod, monkeypatch, tmp_path):
+def test_a_host_whose_target_never_turns_healthy_fails_the_rollout(prod, monkeypatch, tmp_path, caplog):
     """The canary's instance stops right after it is registered again: its target stays ``unused``; the
     rollout names it, starts no further batch and exits non-zero."""
     hosts, vpc = prod
@@ -106,10 +107,19 @@ def test_a_host_whose_target_never_turns_healthy_fails_the_rollout(prod, monkeyp
     monkeypatch.setattr("tritonfleet.access.inventory.load_inventory", lambda path: hosts)
     monkeypatch.setattr(ro.Runner, "run", lambda self, deploy, host, data=None: (True, ""))
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
-    lines = []
+    caplog.set_level(logging.INFO, logger=ro.logger.name)
+    caplog.set_level(logging.DEBUG, logger="tritonfleet.fleet.lb")
     opts = ro.Options(inventory="ec2.py", canary=1, batch=1, target_group=arn, region=REGION,
                       reports_dir=str(tmp_path), lb_timeout=2, lb_delay=1)
-    assert ro.main(opts, out=lines.append) == 1
+    assert ro.main(opts) == 1
+    said = [r.getMessage() for r in caplog.records if r.name == ro.logger.name]
+    assert f"{hosts[0][0]}: not healthy in the load balancer: " in "\n".join(said)
+    waits = [r.getMessage() for r in caplog.records if r.name == "tritonfleet.fleet.lb"]
+    # with -v: what the target group was asked and what it said (a canary moto never registered cannot leave it)
+    assert [w.split(":")[0] for w in waits] == [hosts[0][0]] * 3, waits
+    assert f"deregistering target {canary} from {arn}" in waits[0]
+    assert f"registering target {canary} in {arn}; waiting until healthy" in waits[1]
+    assert f"target {canary} not healthy after" in waits[2] and "Target.InvalidState" in waits[2]
     (path,) = tmp_path.glob("rollout-*.json")
     report = json.loads(path.read_text())
     first = report["hosts"][0]

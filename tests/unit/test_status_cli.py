@@ -1,6 +1,8 @@
 """`tritonfleet status` from the outside: it needs an inventory, and a host out of reach is a row and a
-non-zero exit (loopback only: a port nothing listens on). Then ``host_status`` itself, on a fake SSH session: the
-container state Docker gives, Triton's readiness and READY models, and what "serving" means."""
+non-zero exit (loopback only: a port nothing listens on). Then the reader below it
+(``tritonfleet.access.health.read_host``) and the rows ``host_status`` renders from it, on a fake SSH session
+whose commands really run: the container state Docker gives (``docker inspect`` with the contract's format),
+Triton's readiness and READY models, and what "serving" means."""
 
 from __future__ import annotations
 
@@ -48,24 +50,27 @@ def _inspect(status: str, restarting: bool, restarts: int) -> dict:
 
 def test_a_crash_looping_server_shows_restarting_and_does_not_serve():
     from tritonfleet import hostcontract as hc
+    from tritonfleet.access.health import ServerHealth
     from tritonfleet.face.status import server_row
 
     data = {"ssh_hostname": "10.0.0.5"}
-    row = server_row("h1", data, "triton", hc.container_summary(_inspect("restarting", True, 7)), None, "8000",
-                     serving=True, ready=["add_sub"])  # caught between two crashes, it may even answer
+    looping = ServerHealth("h1", "triton", "8000", hc.container_summary(_inspect("restarting", True, 7)), None,
+                           triton_ready=True, models=["add_sub"])  # caught between two crashes, it may even answer
+    assert looping.serving is False and looping.state == "restarting (7 restarts)"
+    row = server_row(data, looping)
     assert row["state"] == "restarting (7 restarts)" and row["serving"] is False
-    row = server_row("h1", data, "triton", hc.container_summary(_inspect("running", False, 0)), None, "8000",
-                     serving=True, ready=["add_sub"])
+    row = server_row(data, ServerHealth("h1", "triton", "8000", hc.container_summary(_inspect("running", False, 0)),
+                                        None, triton_ready=True, models=["add_sub"]))
     assert row["state"] == "running" and row["serving"] is True and row["devices"] == "neuron0"
     assert row["endpoint"] == "http://10.0.0.5:8000" and row["ready_models"] == "add_sub"
-    row = server_row("h1", data, "triton", None, "Cannot connect to the Docker daemon", "8000", serving=True,
-                     ready=["add_sub"])
+    row = server_row(data, ServerHealth("h1", "triton", "8000", None, "Cannot connect to the Docker daemon",
+                                        triton_ready=True, models=["add_sub"]))
     assert row["state"].startswith("docker not answering") and row["serving"] is True
 
 
-# -- host_status itself: a fake SSH session whose commands really run (bash), with a fake `curl` on PATH that
-# answers like Triton at the addresses it is given, and a Docker engine that answers container lists with the
-# attrs `docker inspect` gives.
+# -- the reader and host_status: a fake SSH session whose commands really run (bash), with a fake `curl` on PATH
+# that answers like Triton at the addresses it is given, and a fake `docker` that answers `docker ps` and renders
+# `docker inspect --format` templates ({{json .Field}}) over the containers it is given.
 
 FAKE_CURL = '''#!{python}
 """curl as status's command line uses it, answering like Triton servers (config: $FAKE_TRITON)."""
@@ -91,50 +96,74 @@ if parts.path == "/v2/repository/index":
 sys.exit("curl: (22) The requested URL returned error: 404")
 '''
 
+FAKE_DOCKER = '''#!{python}
+"""docker ps -q / docker inspect --format over the containers in $FAKE_DOCKER ({{"containers": [docker inspect
+objects], "error": what a Docker that does not answer says, or "", "gone": ids listed but removed before the
+inspect}})."""
+import json, os, re, sys
+state = json.load(open(os.environ["FAKE_DOCKER"]))
+args = sys.argv[1:]
+with open(os.environ["FAKE_DOCKER"] + ".log", "a") as log:
+    log.write(json.dumps(args) + "\\n")
+if state["error"]:
+    sys.exit(state["error"])
+containers = state["containers"]
+if args[0] == "ps":
+    flags, label = args[1], args[args.index("--filter") + 1].removeprefix("label=")
+    assert set(flags) <= set("-aq") and "q" in flags, args
+    for c in containers:
+        if ("a" in flags or c["State"]["Running"]) and label in [f"{{k}}={{v}}" for k, v in c["Config"]["Labels"].items()]:
+            print(c["Id"])
+    for ref in state.get("gone", []):
+        print(ref)
+elif args[0] == "inspect":
+    fmt, missing = args[args.index("--format") + 1], False
+    for ref in args[args.index("--format") + 2:]:
+        c = next((c for c in containers if c["Id"] == ref), None)
+        if c is None:  # docker prints the others, and exits 1
+            print("Error: No such object: " + ref, file=sys.stderr)
+            missing = True
+            continue
 
-class _Container:
-    def __init__(self, attrs: dict) -> None:
-        self.attrs, self.name = attrs, attrs["Name"].lstrip("/")
+        def field(m, c=c):
+            value = c
+            for part in m.group(1).split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            return json.dumps(value)
 
-
-class _Docker:
-    """The engine's container list, with the filters the Docker API applies (label, all)."""
-
-    def __init__(self, containers: list[dict]) -> None:
-        self.containers, self._all, self.asked = self, containers, []
-
-    def list(self, all=False, filters=None):  # noqa: A002 - docker SDK's name
-        self.asked.append({"all": all, "filters": filters})
-        label = (filters or {}).get("label")
-        return [_Container(c) for c in self._all if (all or c["State"]["Running"])
-                and (label is None or label in [f"{k}={v}" for k, v in c["Config"]["Labels"].items()])]
+        print(re.sub(r"\\{{\\{{json \\.([A-Za-z.]+)\\}}\\}}", field, fmt))
+    sys.exit(1 if missing else 0)
+else:
+    sys.exit("docker: unexpected " + " ".join(args))
+'''
 
 
 class _Session:
-    """What host_status uses of tritonfleet.access.ssh.Session: run() (here: bash on this machine) and docker()."""
+    """What the reader uses of tritonfleet.access.ssh.Session: run() (here: bash on this machine, with the fake
+    curl and docker first on PATH) and close()."""
 
     def __init__(self, tmp_path, servers: dict, containers: list[dict] | None, docker_error: str = "") -> None:
+        self.name = "h1"
         self.bin = tmp_path / "bin"
         self.bin.mkdir(exist_ok=True)
-        curl = self.bin / "curl"
-        curl.write_text(FAKE_CURL.format(python=sys.executable))
-        curl.chmod(0o755)
+        for name, script in (("curl", FAKE_CURL), ("docker", FAKE_DOCKER)):
+            tool = self.bin / name
+            tool.write_text(script.format(python=sys.executable))
+            tool.chmod(0o755)
         self.config = tmp_path / "triton.json"
         self.config.write_text(json.dumps(servers))
-        self.engine = _Docker(containers or [])
-        self.docker_error, self.closed, self.commands = docker_error, False, []
+        self.engine = tmp_path / "docker.json"
+        self.engine.write_text(json.dumps({"containers": containers or [], "error": docker_error}))
+        self.closed, self.commands, self.roots = False, [], []
 
     def run(self, command, *, stdin=None, timeout=30, root=False):
         self.commands.append(command)
-        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "FAKE_TRITON": str(self.config)}
-        proc = subprocess.run(["bash", "-c", command], input=stdin or "", capture_output=True, text=True, env=env,
+        self.roots.append(root)
+        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "FAKE_TRITON": str(self.config),
+               "FAKE_DOCKER": str(self.engine)}
+        proc = subprocess.run(["sh", "-c", command], input=stdin or "", capture_output=True, text=True, env=env,
                               timeout=20)
         return proc.returncode, proc.stdout, proc.stderr
-
-    def docker(self, timeout=30):
-        if self.docker_error:
-            raise RuntimeError(self.docker_error)
-        return self.engine
 
     def close(self):
         self.closed = True
@@ -142,6 +171,10 @@ class _Session:
     def curl_calls(self) -> list[str]:
         log = Path(str(self.config) + ".log")
         return [json.loads(line)["url"] for line in log.read_text().splitlines()] if log.exists() else []
+
+    def docker_calls(self) -> list[list[str]]:
+        log = Path(str(self.engine) + ".log")
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 SECRET = "s" * 24
@@ -181,12 +214,29 @@ def _triton(ready: bool, models: dict[str, str]) -> dict:
 
 
 def _host_status(monkeypatch, session: _Session, data: dict | None = None, **kwargs) -> dict[str, dict]:
+    """The rows of ``host_status``, checked against what the reader itself returned for the same host."""
+    from tritonfleet.access import health
     from tritonfleet.face import status
 
-    monkeypatch.setattr(status, "connect", lambda name, data: session)
+    monkeypatch.setattr(health, "connect", lambda name, data: session)
+    reads = []
+
+    def read_host(*args, **kwargs):
+        reads.append(health.read_host(*args, **kwargs))
+        return reads[-1]
+
+    monkeypatch.setattr(status, "read_host", read_host)
     data = {"ssh_hostname": "10.0.0.5", "triton_repository_secret": SECRET, **(data or {})}
     rows = status.host_status("h1", data, **kwargs)
     assert session.closed
+    (read,) = reads
+    assert isinstance(read, health.HostHealth) and rows == status.host_rows(data, read, **kwargs)
+    if read.error is None:  # the reader's verdict is the table's
+        assert [s.server for s in read.servers] == [r["server"] for r in rows]
+        assert [(s.serving, s.state, s.ready) for s in read.servers] == [
+            (r["serving"], r["state"], r["ready_models"]) for r in rows]
+    else:
+        assert rows == [{"host": "h1", "error": read.error, "serving": False}]
     return {r.get("server", "<error>"): r for r in rows}
 
 
@@ -208,8 +258,12 @@ def test_host_status_reads_container_state_readiness_and_only_ready_models(monke
     # Triton asked at the address clients use, with the repository header on stdin (never on the command line)
     assert session.curl_calls() == ["http://10.0.0.5:8000/v2/health/ready", "http://10.0.0.5:8000/v2/repository/index"]
     assert SECRET not in "".join(session.commands)
-    # the Triton containers only, stopped ones included
-    assert session.engine.asked == [{"all": True, "filters": {"label": "com.tritonfleet.role=triton"}}]
+    # the Triton containers only, stopped ones included, asked as root; inspected with the contract's format only
+    from tritonfleet.access.dockerinspect import INSPECT_FORMAT
+
+    assert session.docker_calls() == [["ps", "-aq", "--filter", "label=com.tritonfleet.role=triton"],
+                                          ["inspect", "--format", INSPECT_FORMAT, "id-triton"]]
+    assert session.roots == ["docker ps" in command for command in session.commands] == [True, False]
 
 
 @needs_bash
@@ -283,6 +337,7 @@ def test_servers_the_inventory_places_are_rows_whatever_docker_says(monkeypatch,
 
 @needs_bash
 def test_a_host_with_no_triton_server_or_out_of_reach_is_one_error_row(monkeypatch, tmp_path):
+    from tritonfleet.access import health
     from tritonfleet.access.ssh import HostUnreachable
     from tritonfleet.face import status
 
@@ -294,5 +349,7 @@ def test_a_host_with_no_triton_server_or_out_of_reach_is_one_error_row(monkeypat
     def unreachable(name, data):
         raise HostUnreachable("ssh: timed out")
 
-    monkeypatch.setattr(status, "connect", unreachable)
+    monkeypatch.setattr(health, "connect", unreachable)
     assert status.host_status("h1", {}) == [{"host": "h1", "error": "ssh: timed out", "serving": False}]
+    assert health.read_host("h1", {}) == health.HostHealth("h1", unreachable="ssh: timed out")
+    assert health.read_host("h1", {}).serving is False

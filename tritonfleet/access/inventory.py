@@ -33,7 +33,8 @@ def load_inventory(path: str | Path) -> list[tuple[str, dict]]:
     for name, value in runpy.run_path(str(path)).items():
         if name.startswith("_") or not isinstance(value, (list, tuple)):
             continue
-        members, data = value, {}
+        members: list | tuple = value
+        data: dict = {}
         if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
             members, data = value
         groups[name] = (list(members), data)

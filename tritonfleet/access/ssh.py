@@ -1,16 +1,18 @@
-"""SSH sessions to inventory hosts (paramiko, strict host keys, bounded timeouts) and the Docker API
-over them (the docker SDK speaking to ``docker system dial-stdio`` through the same session, with
-``sudo -n`` where the inventory sets ``_sudo``)."""
+"""SSH sessions to inventory hosts (paramiko, strict host keys, bounded timeouts); commands run in them,
+under ``sudo -n`` where the inventory sets ``_sudo`` and the command needs root (Docker is asked that way:
+``docker inspect`` through :mod:`tritonfleet.access.dockerinspect`)."""
 
 from __future__ import annotations
 
 import getpass
+import logging
 import shlex
+import time
 from dataclasses import dataclass, field
 
-import docker
 import paramiko
-from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
+
+logger = logging.getLogger(__name__)
 
 #: Seconds for connecting, and the default for one remote command.
 CONNECT_TIMEOUT = 10
@@ -36,23 +38,19 @@ class Session:
     def run(self, command: str, *, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT,
             root: bool = False) -> tuple[int, str, str]:
         """Run ``command`` (under ``sudo -n`` when ``root`` and the host uses sudo); ``(rc, out, err)``."""
+        shown = command  # our commands carry no secret (those go on stdin); the sudo wrapping is left out
         if root and self.sudo:
             command = "sudo -n sh -c " + shlex.quote(command)
+        started = time.monotonic()
         chan_in, out, err = self.client.exec_command(command, timeout=timeout)
         if stdin is not None:
             chan_in.write(stdin)
         chan_in.channel.shutdown_write()
         text, errors = out.read().decode(), err.read().decode()
-        return out.channel.recv_exit_status(), text, errors
-
-    def docker(self, timeout: float = COMMAND_TIMEOUT) -> docker.DockerClient:
-        """A Docker client talking to the host's engine through this session."""
-        api = docker.APIClient(base_url="tcp://127.0.0.1:9", version="1.41", timeout=timeout)
-        api.mount("http+docker://ssh", _SessionAdapter(self, timeout))
-        api.base_url = "http+docker://ssh"
-        client = docker.DockerClient.__new__(docker.DockerClient)
-        client.api = api
-        return client
+        rc = out.channel.recv_exit_status()
+        logger.debug("%s: rc %d in %.1fs%s: %s", self.name, rc, time.monotonic() - started,
+                     " (sudo)" if root and self.sudo else "", shown[:300])
+        return rc, text, errors
 
     def close(self) -> None:
         self.client.close()
@@ -66,56 +64,18 @@ def connect(name: str, data: dict, timeout: float = CONNECT_TIMEOUT) -> Session:
         client.load_host_keys(data["ssh_known_hosts_file"])
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
-        client.connect(data.get("ssh_hostname", name), port=int(data.get("ssh_port", 22)),
-                       username=data.get("ssh_user") or getpass.getuser(), key_filename=data.get("ssh_key"),
+        address, port = data.get("ssh_hostname", name), int(data.get("ssh_port", 22))
+        user = data.get("ssh_user") or getpass.getuser()
+        logger.debug("%s: ssh %s@%s:%d (key %s, timeout %ss)", name, user, address, port,
+                     data.get("ssh_key") or "from the agent or ~/.ssh", timeout)
+        client.connect(address, port=port, username=user, key_filename=data.get("ssh_key"),
                        timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
                        look_for_keys=not data.get("ssh_key"), allow_agent=True)
     except (OSError, paramiko.SSHException) as exc:
         client.close()
+        logger.debug("%s: ssh failed: %s: %s", name, type(exc).__name__, exc)
         raise HostUnreachable(f"ssh: {exc or type(exc).__name__}") from None
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(5)
     return Session(name, data, client)
-
-
-class _SessionConnection(SSHConnection):
-    def __init__(self, session: Session, timeout: float) -> None:
-        super().__init__(session.client.get_transport(), timeout, session.name)
-        self._sudo = session.sudo
-
-    def connect(self) -> None:
-        sock = self.ssh_transport.open_session()
-        sock.settimeout(self.timeout)
-        sock.exec_command(("sudo -n " if self._sudo else "") + "docker system dial-stdio")
-        self.sock = sock
-
-
-class _SessionPool(SSHConnectionPool):
-    def __init__(self, session: Session, timeout: float) -> None:
-        super().__init__(session.client, timeout, maxsize=2, host=session.name)
-        self._session = session
-
-    def _new_conn(self) -> _SessionConnection:
-        return _SessionConnection(self._session, self.timeout)
-
-
-class _SessionAdapter(SSHHTTPAdapter):
-    """docker's SSH adapter on an existing paramiko session (ours has strict host keys and the inventory's
-    key file; docker's would read only ~/.ssh)."""
-
-    def __init__(self, session: Session, timeout: float) -> None:
-        self._session = session
-        super().__init__(f"ssh://{session.name}", timeout=timeout, shell_out=True)
-        self.ssh_client = session.client
-
-    def get_connection(self, url, proxies=None):
-        with self.pools.lock:
-            pool = self.pools.get(url)
-            if pool is None:
-                pool = _SessionPool(self._session, self.timeout)
-                self.pools[url] = pool
-            return pool
-
-    def close(self) -> None:  # the session owns the SSH client
-        self.pools.clear()

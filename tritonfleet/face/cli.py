@@ -1,14 +1,78 @@
-"""The `tritonfleet` command line."""
+"""The `tritonfleet` command line.
+
+Logging: every module logs to ``logging.getLogger(__name__)``; the command line shows it on stderr. Progress
+lines (INFO of ``tritonfleet.*``: a rollout's batches and hosts) as they are; ``-v`` adds tritonfleet's DEBUG
+lines and ``-vv`` every library's (boto3, paramiko...), each prefixed ``<logger>: <level>:``; warnings and
+errors always show, prefixed the same way.
+"""
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import click
+
+#: The name of the handler :func:`configure_logging` puts on the root logger (one at a time).
+HANDLER = "tritonfleet-cli"
+
+
+class _Stderr(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is when a record comes (click's test runner swaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_name(HANDLER)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+class _Format(logging.Formatter):
+    """tritonfleet's INFO lines as they are (what users read); everything else ``<logger>: <level>: message``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        plain = record.levelno == logging.INFO and (record.name == "tritonfleet"
+                                                    or record.name.startswith("tritonfleet."))
+        text = super().format(record)
+        return text if plain else f"{record.name}: {record.levelname.lower()}: {text}"
+
+
+def configure_logging(verbose: int = 0):
+    """Show log records on stderr: tritonfleet's INFO and up (``verbose`` 1: its DEBUG too; 2: every logger's
+    DEBUG) and every other logger's WARNING and up. Returns a function that undoes it."""
+    root, ours = logging.getLogger(), logging.getLogger("tritonfleet")
+    before = root.level, ours.level
+    for old in [h for h in root.handlers if h.get_name() == HANDLER]:
+        root.removeHandler(old)
+    handler = _Stderr()
+    handler.setFormatter(_Format())
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
+    ours.setLevel(logging.DEBUG if verbose >= 1 else logging.INFO)
+
+    def undo() -> None:
+        root.removeHandler(handler)
+        root.setLevel(before[0])
+        ours.setLevel(before[1])
+
+    return undo
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tritonfleet")
-def main() -> None:
+@click.option("--verbose", "-v", count=True,
+              help="Debug lines on stderr: -v tritonfleet's (SSH commands, AWS retries, target group waits), "
+                   "-vv every library's too (boto3, paramiko).")
+@click.pass_context
+def main(ctx: click.Context, verbose: int) -> None:
     """Provision and operate fleets of Triton Inference Server hosts."""
+    ctx.call_on_close(configure_logging(verbose))
 
 
 @main.command()

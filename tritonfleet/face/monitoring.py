@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import tempfile
 import urllib.error
@@ -24,6 +25,8 @@ from pathlib import Path
 import click
 
 JOBS = ("triton", "node", "neuron", "dcgm")
+
+logger = logging.getLogger(__name__)
 
 
 class TargetsError(ValueError):
@@ -146,7 +149,8 @@ def _probe(address: str, timeout: float) -> bool:
     try:
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as resp:
             return resp.status == 200
-    except (OSError, urllib.error.URLError, ValueError):
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        logger.debug("http://%s/metrics: %s", address, exc)
         return False
 
 
@@ -161,6 +165,7 @@ def prometheus_up(prometheus: str, timeout: float = 5.0) -> dict[tuple[str, str]
         labels = r.get("metric", {})
         key = (labels.get("host", ""), labels.get("job", ""))
         out[key] = out.get(key, True) and r["value"][1] == "1"
+    logger.debug("%s: %d host and job pairs, %d down", prometheus, len(out), sum(not up for up in out.values()))
     return out
 
 

@@ -10,11 +10,14 @@ its own and counts as failed: a gate that ran nothing has checked nothing.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
+
+logger = logging.getLogger(__name__)
 
 
 class QAFailed(Exception):
@@ -36,7 +39,8 @@ def load_reports(reports_dir: str, stamp: str | None = None,
             continue
         try:
             out[host_dir.name] = json.loads(paths[0].read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            logger.debug("%s: report %s unreadable: %s", host_dir.name, paths[0], exc)
             out[host_dir.name] = None
     return out
 

@@ -51,7 +51,7 @@ def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoint
                       limit=[h for h in (limit or "").split(",") if h] or None, step_timeout=step_timeout,
                       lb_timeout=lb_timeout)
     try:
-        code = ro.main(opts, out=lambda line: click.echo(line, err=True))
+        code = ro.main(opts)
     except (ro.RolloutError, OSError, SyntaxError) as exc:
         raise click.ClickException(str(exc)) from None
     except SystemExit as exc:  # an inventory that refuses to load

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 from tritonfleet.fleet.tags import FleetError
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 #: Every AWS client of the fleet code retries (botocore's adaptive mode: the standard retries, plus a client
 #: side rate limit that backs off when AWS throttles), 10 attempts at most, each bounded in time, as SkyPilot's
@@ -31,8 +34,30 @@ def client_config() -> Any:
 
 
 def client(service: str, region: str | None, session: Any = None) -> Any:
-    """A boto3 client with :func:`client_config` (``session``: boto3's default chain when None)."""
-    return (session or boto3).client(service, region_name=region, config=client_config())
+    """A boto3 client with :func:`client_config` (``session``: boto3's default chain when None); its failed
+    attempts are logged at DEBUG (:func:`_log_attempt`)."""
+    made = (session or boto3).client(service, region_name=region, config=client_config())
+    events = getattr(getattr(made, "meta", None), "events", None)  # None: a stand-in of tests
+    if events is not None:
+        events.register("needs-retry", _log_attempt)
+    return made
+
+
+def _log_attempt(response: Any = None, operation: Any = None, attempts: int = 0,
+                 caught_exception: BaseException | None = None, **_: Any) -> None:
+    """botocore's ``needs-retry`` event, for the log only: an attempt that failed (throttled, a 5xx, a dropped
+    connection), before botocore's retry handler decides whether another one follows. Returns None, which
+    leaves that decision to it."""
+    if caught_exception is not None:
+        why = f"{type(caught_exception).__name__}: {caught_exception}"
+    elif response is not None and getattr(response[0], "status_code", 200) >= 400:
+        error = (response[1] or {}).get("Error", {}) if isinstance(response[1], dict) else {}
+        why = " ".join(x for x in (str(error.get("Code") or ""), f"HTTP {response[0].status_code}") if x)
+    else:
+        return None
+    name = f"{operation.service_model.service_name} {operation.name}" if operation is not None else "AWS call"
+    logger.debug("%s: attempt %d of at most %d failed: %s", name, attempts, MAX_ATTEMPTS, " ".join(why.split()))
+    return None
 
 
 @dataclass
@@ -95,4 +120,5 @@ def poll(check: Callable[[], T | None], *, timeout: float, interval: float, what
             return result
         if clock() >= deadline:
             raise FleetError(f"timed out after {timeout:.0f} s waiting for {what}")
+        logger.debug("waiting for %s: next look in %g s", what, interval)
         sleep(interval)

@@ -9,6 +9,11 @@ the state it waited for raises :class:`TargetGroupError` with what the load bala
 
 from __future__ import annotations
 
+import logging
+import time
+
+logger = logging.getLogger(__name__)
+
 # host data key per target type
 TARGET_KEYS = {"instance": "ec2_instance_id", "ip": "ec2_private_ip"}
 # keys earlier versions read, and what replaced them
@@ -54,23 +59,30 @@ class TargetGroup:
 
     def take_out(self, name: str, data: dict) -> None:
         target = self.target(name, data)
+        logger.debug("%s: deregistering target %s from %s; waiting until drained", name, target["Id"], self.arn)
         self.client.deregister_targets(TargetGroupArn=self.arn, Targets=[target])
         self._wait("target_deregistered", name, target, "deregistered (drained)")
 
     def put_back(self, name: str, data: dict) -> None:
         target = self.target(name, data)
+        logger.debug("%s: registering target %s in %s; waiting until healthy", name, target["Id"], self.arn)
         self.client.register_targets(TargetGroupArn=self.arn, Targets=[target])
         self._wait("target_in_service", name, target, "healthy")
 
     def _wait(self, waiter: str, name: str, target: dict, goal: str) -> None:
         from botocore.exceptions import WaiterError
 
+        started = time.monotonic()
         try:
             self.client.get_waiter(waiter).wait(TargetGroupArn=self.arn, Targets=[target], WaiterConfig=self.waiter)
         except WaiterError:
             waited = self.waiter["Delay"] * self.waiter["MaxAttempts"]
+            health = self.health(target)
+            logger.debug("%s: target %s not %s after %.0fs (a look every %ss, %s at most): %s", name, target["Id"],
+                         goal, time.monotonic() - started, self.waiter["Delay"], self.waiter["MaxAttempts"], health)
             raise TargetGroupError(f"{name}: target {target['Id']} not {goal} in {self.arn} after {waited}s "
-                                   f"({self.health(target)})") from None
+                                   f"({health})") from None
+        logger.debug("%s: target %s %s after %.0fs", name, target["Id"], goal, time.monotonic() - started)
 
     def health(self, target: dict) -> str:
         """What the target group says of a target now (state and reason), for messages."""

@@ -9,6 +9,7 @@ ends and returns a :class:`RefreshOutcome` whose ``line()`` is the one-line resu
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from botocore.exceptions import ClientError
 
 from tritonfleet.fleet.aws import error_code, one_line, poll
 from tritonfleet.fleet.tags import FleetError
+
+logger = logging.getLogger(__name__)
 
 TERMINAL = {"Successful", "Failed", "Cancelled", "RollbackSuccessful", "RollbackFailed"}
 MAX_DELAY = 172800
@@ -71,6 +74,8 @@ def start_refresh(asg, group: str, *, min_healthy: int = 90, checkpoints: Sequen
     if launch_template:
         kwargs["DesiredConfiguration"] = {"LaunchTemplate": {"LaunchTemplateId": launch_template[0],
                                                              "Version": str(launch_template[1])}}
+    logger.debug("%s: starting an instance refresh: %s%s", group, prefs,
+                 f", launch template {launch_template[0]} version {launch_template[1]}" if launch_template else "")
     try:
         return asg.start_instance_refresh(**kwargs)["InstanceRefreshId"]
     except ClientError as exc:
@@ -89,8 +94,11 @@ def describe_refresh(asg, group: str, refresh_id: str) -> RefreshOutcome:
     if not refreshes:
         raise FleetError(f"{group}: instance refresh {refresh_id} not found")
     item = refreshes[0]
-    return RefreshOutcome(group, refresh_id, item.get("Status", "Pending"), int(item.get("PercentageComplete", 0)),
-                          item.get("StatusReason", ""))
+    outcome = RefreshOutcome(group, refresh_id, item.get("Status", "Pending"), int(item.get("PercentageComplete", 0)),
+                             item.get("StatusReason", ""))
+    logger.debug("%s: instance refresh %s: %s, %d%%%s", group, refresh_id, outcome.status, outcome.percent,
+                 f" ({outcome.reason})" if outcome.reason else "")
+    return outcome
 
 
 def wait_refresh(asg, group: str, refresh_id: str, *, timeout: float = 7200, interval: float = 30,

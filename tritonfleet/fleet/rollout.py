@@ -17,8 +17,9 @@ failed`` (it does not serve again: it stays out of the load balancer); ``out of 
 but its targets never became healthy again); ``not changed`` (its point could not be recorded or it could not
 leave the load balancer: nothing was applied); ``not started``. Every status but ``updated`` and ``not
 started`` is a failure. New batches stop once the failed hosts exceed ``fail_percent`` of the fleet. A summary
-table is printed and ``<reports>/rollout-<UTC stamp>.json`` written; the exit code is non-zero when a host
-failed or the rollout stopped early.
+table is printed and ``<reports>/rollout-<UTC stamp>.json`` written; progress lines go to this module's logger
+at INFO (the command line shows them on stderr). The exit code is non-zero when a host failed or the rollout
+stopped early.
 
 One rollout at a time per reports directory: ``<reports>/.rollout.lock`` (flock, with the holder's pid) is
 held for the whole run, and a second rollout ends at once with one line naming the first.
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shlex
 import signal
@@ -46,6 +48,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tritonfleet import hostcontract as hc
+
+#: Progress lines (a batch starts, a host's outcome, a rollback) at INFO; the CLI shows them on stderr.
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODELS_DIR = "/opt/tritonfleet/models"
 # How long a pyinfra run that overran --step-timeout gets after SIGTERM before its group is killed.
@@ -110,6 +115,8 @@ class Runner:
         env = {**os.environ, "PYINFRA_PROGRESS": "off"}
         proc = subprocess.Popen(cmd, cwd=self.opts.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
+        logger.debug("%s: %s started (pid %d)%s", host, deploy, proc.pid,
+                     f" with {', '.join(data)}" if data else "")
         with self._lock:
             self.running[proc.pid] = host
             self._save()
@@ -127,6 +134,7 @@ class Runner:
             with self._lock:
                 self.running.pop(proc.pid, None)
                 self._save()
+        logger.debug("%s: %s exited %d", host, deploy, proc.returncode)
         return proc.returncode == 0, _reason(out)
 
     def wait_for_leftovers(self, timeout: float = 1800) -> list[str]:
@@ -225,24 +233,26 @@ def rollback_point(name: str, data: dict) -> dict:
                     servers[record.name] = record.spec
             elif head == "models" and body.strip():
                 version = body.strip().rsplit("/", 1)[-1]
+        logger.debug("%s: rollback point: servers %s, models version %s", name, servers, version)
         return {"servers": servers, "models_version": version}
     finally:
         session.close()
 
 
 def serving(name: str, data: dict, timeout: float = 120) -> tuple[bool, str]:
-    """(every server of the host serves, what the last look saw), asking Docker and Triton like
-    ``tritonfleet status`` until they do or ``timeout`` passes."""
-    from tritonfleet.face.status import host_status
+    """(every server of the host serves, what the last look saw), asking Docker and Triton through the
+    reader ``tritonfleet status`` renders (:func:`tritonfleet.access.health.read_host`) until they do or
+    ``timeout`` passes."""
+    from tritonfleet.access import health
 
     deadline = time.monotonic() + timeout
     while True:
-        rows = host_status(name, data)
-        if rows and all(r.get("serving") for r in rows):
+        seen = health.read_host(name, data)
+        if seen.serving:
             return True, ""
         if time.monotonic() > deadline:
-            return False, "; ".join(r.get("error") or f"{r.get('server')}: {r.get('state')}, ready: {r.get('ready_models')}"
-                                    for r in rows) or "no servers"
+            return False, seen.seen()
+        logger.debug("%s: not serving yet: %s", name, seen.seen())
         time.sleep(3)
 
 
@@ -257,12 +267,11 @@ def plan(hosts: list[str], canary: int, batch: int) -> list[list[str]]:
 class Rollout:
     """One rollout over the hosts of an inventory (see the module docstring)."""
 
-    def __init__(self, opts: Options, hosts: list[tuple[str, dict]], lb=None, out=print) -> None:
+    def __init__(self, opts: Options, hosts: list[tuple[str, dict]], lb=None) -> None:
         self.opts = opts
         self.hosts = dict(hosts)
         self.order = [name for name, _ in hosts]
         self.lb = lb  # tritonfleet.fleet.lb.TargetGroup or None
-        self.out = out
         self.runner = Runner(opts)
         self.stop_requested = False
         self.results: dict[str, HostResult] = {name: HostResult(name) for name in self.order}
@@ -280,7 +289,7 @@ class Rollout:
             r.failed_step = r.failed_step or "rollout"
             r.message = _join(r.message, f"{type(exc).__name__}: {exc}")
         r.seconds = round(time.monotonic() - started, 1)
-        self.out(f"{name}: {r.status}" + (f" ({r.failed_step})" if r.failed_step else "") + f" in {r.seconds}s")
+        logger.info(f"{name}: {r.status}" + (f" ({r.failed_step})" if r.failed_step else "") + f" in {r.seconds}s")
         return r
 
     def _roll(self, r: HostResult, data: dict) -> None:
@@ -304,7 +313,7 @@ class Rollout:
             r.status = "updated"
         else:
             r.failed_step, r.message = step, why
-            self.out(f"{name}: {step} failed, rolling back: {why}")
+            logger.info(f"{name}: {step} failed, rolling back: {why}")
             rb_ok, rb_why = self._step("deploys/rollback.py", name,
                                        {"rollback_point": json.dumps(r.point, separators=(",", ":"))})
             back, seen = serving(name, data) if rb_ok else (False, "")
@@ -329,7 +338,7 @@ class Rollout:
             r.status = "out of the load balancer"
             r.failed_step = r.failed_step or "put back"
             r.message = _join(r.message, f"put back: {_one_line(exc)}")
-            self.out(f"{r.host}: not healthy in the load balancer: {_one_line(exc)}")
+            logger.info(f"{r.host}: not healthy in the load balancer: {_one_line(exc)}")
 
     # -- the fleet --------------------------------------------------------------------------------------
 
@@ -339,7 +348,7 @@ class Rollout:
     def run(self) -> dict:
         leftovers = self.runner.wait_for_leftovers()
         if leftovers:
-            self.out(f"waited for the runs an earlier rollout left on {', '.join(leftovers)}")
+            logger.info(f"waited for the runs an earlier rollout left on {', '.join(leftovers)}")
         batches = plan(self.order, self.opts.canary, self.opts.batch)
         total = len(self.order)
         stopped = None
@@ -347,7 +356,7 @@ class Rollout:
             if self.stop_requested:
                 stopped = "interrupted"
                 break
-            self.out(f"batch {i}/{len(batches)}{' (canary)' if i == 1 and self.opts.canary else ''}: {', '.join(batch)}")
+            logger.info(f"batch {i}/{len(batches)}{' (canary)' if i == 1 and self.opts.canary else ''}: {', '.join(batch)}")
             with ThreadPoolExecutor(max_workers=len(batch)) as pool:
                 list(pool.map(lambda h, b=i: self.roll(h, b), batch))
             if self.failures() * 100 > self.opts.fail_percent * total:
@@ -397,8 +406,8 @@ def print_summary(report: dict) -> None:
         console.print(f"[red]stopped: {report['stopped']}[/red]")
 
 
-def main(opts: Options, out=print) -> int:
-    """Run a rollout; 0 when every host was updated."""
+def main(opts: Options) -> int:
+    """Run a rollout; 0 when every host was updated. Progress goes to this module's logger (INFO)."""
     from tritonfleet.access.inventory import load_inventory
 
     hosts = load_inventory(opts.inventory)
@@ -420,18 +429,18 @@ def main(opts: Options, out=print) -> int:
         except TargetGroupError as exc:
             raise RolloutError(str(exc)) from None
     with ReportsLock(opts.reports_dir):
-        rollout = Rollout(opts, hosts, lb, out)
-        previous = signal.signal(signal.SIGINT, lambda *_: _interrupt(rollout, out))
+        rollout = Rollout(opts, hosts, lb)
+        previous = signal.signal(signal.SIGINT, lambda *_: _interrupt(rollout))
         try:
             report = rollout.run()
         finally:
             signal.signal(signal.SIGINT, previous)
         path = write_report(report, opts.reports_dir)
     print_summary(report)
-    out(f"report: {path}")
+    logger.info(f"report: {path}")
     return 0 if not report["failures"] and not report["stopped"] else 1
 
 
-def _interrupt(rollout: Rollout, out) -> None:
+def _interrupt(rollout: Rollout) -> None:
     rollout.stop_requested = True
-    out("interrupted: the hosts in flight finish their steps; no new batch starts")
+    logger.info("interrupted: the hosts in flight finish their steps; no new batch starts")
