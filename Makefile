@@ -27,7 +27,7 @@ TARGET    ?= cpu
 # prometheus: the sandbox's Prometheus (README "Monitoring"; its checks of the dashboards)
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus
 
-.PHONY: help setup prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint mutate bench-converge bench-sync bench-qa bench-live qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint mutate bench-converge bench-sync bench-qa bench-live qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -59,22 +59,30 @@ help: ## List targets and their variables
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test,sandbox]'
+	$(VENV)/bin/pip install -q -e '.[test]'
 	@touch $@
 
-setup: $(VENV)/.installed ## Create .venv with the project and its test tools (no root needed)
+# The real-Triton layer, the sandbox and the benchmarks also want torch and the Triton 2.51 binaries (extras
+# triton and sandbox, some GB); the pure and @fake layers and lint do not.
+$(VENV)/.installed-triton: $(VENV)/.installed
+	$(VENV)/bin/pip install -q -e '.[test,triton,sandbox]'
+	@touch $@
+
+setup: $(VENV)/.installed ## Create .venv with the project and its light test tools: pure and @fake layers, lint (no root needed)
+
+setup-triton: $(VENV)/.installed-triton ## setup, plus torch and Triton 2.51 (nvidia-pytriton) for the real-Triton layer, the sandbox and benchmarks
 
 prereqs: ## Install the Debian packages the sandbox fleet needs on this machine (root)
 	@set -e; missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
 
-demo: prereqs setup ## Bring up the sandbox and run the main job on it, then print what is serving where
+demo: prereqs setup-triton ## Bring up the sandbox and run the main job on it, then print what is serving where
 	$(TF) sandbox up --instance-type $(TYPES)
 	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
 	$(TF) status --inventory $(INVENTORY)
 
-test: prereqs setup ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox's tests on one worker, the rest on another)
+test: prereqs setup-triton ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox's tests on one worker, the rest on another)
 	@rm -f .pytest-exit-code; $(VENV)/bin/pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)" >&2; fi; exit $$rc
 
@@ -87,22 +95,23 @@ test-pure: setup ## Layer 1: pure logic (tests/unit, but the sandbox builders)
 test-fake: setup ## Layer 2: @fake pyinfra deploys and table-driven operations (tests/fake)
 	$(VENV)/bin/pytest -m fake $(PYTEST_ARGS)
 
-test-triton: setup ## Layer 3: real Triton 2.51 on the CPU (tests/genmodel)
+test-triton: setup-triton ## Layer 3: real Triton 2.51 on the CPU (tests/genmodel)
 	$(VENV)/bin/pytest -m triton $(PYTEST_ARGS)
 
-test-sandbox: prereqs setup ## The sandbox's own builders: signed repos, stand-ins, images (tests/unit/test_sandbox_*; root)
+test-sandbox: prereqs setup-triton ## The sandbox's own builders: signed repos, stand-ins, images (tests/unit/test_sandbox_*; root)
 	$(VENV)/bin/pytest -m sandbox $(PYTEST_ARGS)
 
-test-e2e: prereqs setup ## Layer 4: the sandbox fleet, real hosts (tests/e2e; root)
+test-e2e: prereqs setup-triton ## Layer 4: the sandbox fleet, real hosts (tests/e2e; root)
 	$(VENV)/bin/pytest -m e2e $(PYTEST_ARGS)
 
-lint: setup ## ruff over the whole tree
+lint: setup ## ruff over the whole tree, mypy over tritonfleet/ and roles/ (pyproject [tool.mypy])
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 mutate: setup ## Mutation testing report (mutmut; pure and @fake tests): mutate-report.md; MODULES=... for a subset
 	nice -n 19 $(PY) tools/mutate.py $(if $(MODULES),--modules '$(MODULES)') $(ARGS)
 
-sandbox-up: prereqs setup ## Bring up the sandbox fleet (HOSTS, TYPES)
+sandbox-up: prereqs setup-triton ## Bring up the sandbox fleet (HOSTS, TYPES)
 	$(TF) sandbox up --hosts $(HOSTS) --instance-type $(TYPES)
 
 sandbox-down: setup ## Tear the sandbox fleet down, leaving no trace
@@ -151,22 +160,22 @@ status: setup ## Table of every host and Triton server in INVENTORY (PREVIOUS=1:
 gen-model: setup ## Generate a Triton model directory (ARGS='--model_type pytorch ...')
 	$(TF) gen-model $(ARGS)
 
-bench-converge: prereqs setup ## Converge cost on the sandbox at 1/3/8 hosts and --dry over 200/1000 @fake hosts (root)
+bench-converge: prereqs setup-triton ## Converge cost on the sandbox at 1/3/8 hosts and --dry over 200/1000 @fake hosts (root)
 	$(PY) bench/converge.py
 
-bench-sync: setup ## S3 sync: tritonfleet-agent vs aws s3 sync vs s5cmd on one moto server, full and no-op (ARGS='--quick')
+bench-sync: setup-triton ## S3 sync: tritonfleet-agent vs aws s3 sync vs s5cmd on one moto server, full and no-op (ARGS='--quick')
 	$(PY) bench/sync.py $(ARGS)
 
-bench-qa: setup ## QA runner throughput vs perf_analyzer on the real Triton (CPU); ARGS='--concurrency 9 --protocol http'
+bench-qa: setup-triton ## QA runner throughput vs perf_analyzer on the real Triton (CPU); ARGS='--concurrency 9 --protocol http'
 	$(PY) bench/qa.py $(ARGS)
 
-bench-live: setup ## Clients of an unchanged model during live updates: agent loads over gRPC vs HTTP, real Triton (CPU)
+bench-live: setup-triton ## Clients of an unchanged model during live updates: agent loads over gRPC vs HTTP, real Triton (CPU)
 	$(PY) bench/live.py $(ARGS)
 
-qa-selftest-repo: setup ## Write the QA self-test model repository and suites: DIR=... TARGET=cpu|inf1|inf2|trn1|trn2
+qa-selftest-repo: setup-triton ## Write the QA self-test model repository and suites: DIR=... TARGET=cpu|inf1|inf2|trn1|trn2
 	$(PY) -m tritonfleet.genmodel.selftest $(DIR) --target $(TARGET)
 
-bench: setup ## Benchmarks (ratios against the named peer, measured in the same run)
+bench: setup-triton ## Benchmarks (ratios against the named peer, measured in the same run)
 	@ls bench/*.py >/dev/null 2>&1 || { echo "no benchmarks yet (bench/*.py)"; exit 0; }; \
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 

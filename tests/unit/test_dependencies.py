@@ -71,3 +71,17 @@ def test_the_agent_imports_only_its_wheels_requirements():
     allowed |= {"protobuf", "grpcio", "numpy"}  # what tritonclient[grpc] brings, which the QA runner uses as such
     missing = {top: sorted(files)[:2] for top, files in _imports(agent).items() if not (_distributions(top) & allowed)}
     assert not missing, f"the agent imports what its wheel does not require: {missing}"
+
+
+def test_the_controller_resolves_the_tritonclient_minor_the_hosts_get():
+    """The controller's tritonclient (status, the QA runner on the controller) is the minor the hosts' agent
+    wheelhouse pins and the sandbox's Triton serves: pyproject pins it, and what is installed is that minor."""
+    def minors(requirements):
+        return {m.group(1) for r in requirements if _name(r) == "tritonclient"
+                for m in [re.search(r"==\s*(\d+\.\d+)\.\*", r)] if m}
+    hosts = minors(wheelhouse.QA_REQUIREMENTS + wheelhouse.LIVE_REQUIREMENTS + wheelhouse.QA_HTTP_REQUIREMENTS)
+    assert len(hosts) == 1, f"the hosts' wheelhouse pins tritonclient to one minor, not {hosts}"
+    controller = minors(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    assert controller == hosts, f"pyproject pins tritonclient to {controller or 'no minor'}, the hosts get {hosts}"
+    installed = md.version("tritonclient")
+    assert installed.rsplit(".", 1)[0] in hosts, f"installed tritonclient {installed}, the hosts get {hosts}"
