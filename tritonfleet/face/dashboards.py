@@ -233,7 +233,8 @@ def query_range(prom_url: str, expr: str, start: float, end: float, step: float,
 
 def _emptiness(data: Mapping[str, Any]) -> str | None:
     """Why a query result shows nothing on a panel (``None``: it shows something)."""
-    kind, result = data.get("resultType"), data.get("result")
+    kind = data.get("resultType")
+    result: Any = data.get("result")
     if kind in ("scalar", "string"):
         return None if kind == "string" or _finite(result[1]) else "a NaN scalar"
     if not result:

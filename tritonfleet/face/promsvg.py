@@ -84,7 +84,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     first = math.floor(low / step) * step
-    ticks, t = [], first
+    ticks: list[float] = []
+    t = first
     while t < high + step * 0.5 and len(ticks) < 50:
         ticks.append(round(t, 12))
         t += step
@@ -206,12 +207,20 @@ def render(data: Sequence[Series], *, title: str = "", y_label: str = "", width:
     return "\n".join(out) + "\n"
 
 
+def _attribute(head: str, name: str) -> int:
+    """The integer ``name="..."`` attribute of an SVG element's opening tag (``render`` always writes it)."""
+    found = re.search(rf'{name}="(\d+)"', head)
+    if found is None:
+        raise ValueError(f"not a picture from render(): no {name} in {head[:80]!r}")
+    return int(found.group(1))
+
+
 def compose(charts: Sequence[str], columns: int = 2, gap: int = 8) -> str:
     """Several :func:`render` pictures in one SVG, ``columns`` per row (e.g. a README overview)."""
     sizes = []
     for chart in charts:
         head = chart[:chart.index(">")]
-        sizes.append((int(re.search(r'width="(\d+)"', head).group(1)), int(re.search(r'height="(\d+)"', head).group(1))))
+        sizes.append((_attribute(head, "width"), _attribute(head, "height")))
     rows = [list(range(i, min(i + columns, len(charts)))) for i in range(0, len(charts), columns)]
     width = max((sum(sizes[i][0] for i in row) + gap * (len(row) - 1) for row in rows), default=1)
     height = sum(max(sizes[i][1] for i in row) for row in rows) + gap * max(len(rows) - 1, 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
@@ -109,7 +109,8 @@ def launch(clients: Clients, req: LaunchRequest, count: int, *, on_partial: str 
         raise FleetError(f"--on-partial {on_partial!r}: expected keep or terminate")
     launched: list[dict] = []
     failure: tuple[ClientError, str | None] | None = None
-    for subnet in list(req.subnets) or [None]:
+    subnets: list[str | None] = [*req.subnets] or [None]
+    for subnet in subnets:
         while len(launched) < count:
             try:
                 launched += _run(clients, req, subnet, count - len(launched), sleep, profile_retries)
@@ -120,12 +121,12 @@ def launch(clients: Clients, req: LaunchRequest, count: int, *, on_partial: str 
             break
     if len(launched) >= count or failure is None:
         return launched
-    exc, subnet = failure
+    error, failed_in = failure
     where = None
-    if subnet:
+    if failed_in:
         zones = dict(zip(req.subnets, req.zones, strict=False))
-        where = f"{zones[subnet]} ({subnet})" if subnet in zones else subnet
-    advice = launch_advice(exc, req.instance_type, clients.region, where)
+        where = f"{zones[failed_in]} ({failed_in})" if failed_in in zones else failed_in
+    advice = launch_advice(error, req.instance_type, clients.region, where)
     if not launched:
         raise FleetError(advice)
     ids = [i["InstanceId"] for i in launched]
@@ -147,7 +148,7 @@ def tcp_ssh_probe(address: str, port: int = 22, timeout: float = 5.0) -> bool:
         return False
 
 
-def address_of(instance: dict) -> str | None:
+def address_of(instance: Mapping) -> str | None:
     """Where SSH reaches an instance: its public IP, else its private IP."""
     return instance.get("PublicIpAddress") or instance.get("PrivateIpAddress")
 

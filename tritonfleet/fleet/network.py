@@ -14,6 +14,7 @@ import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -210,7 +211,7 @@ def delete_security_groups(clients: Clients, fleet: str, *, timeout: float = 300
                     raise FleetError(f"cannot delete security group {group_id}: {one_line(exc)}") from None
                 return None
 
-        extra = {"sleep": sleep} if sleep else {}
+        extra: dict[str, Any] = {"sleep": sleep} if sleep else {}
         poll(attempt, timeout=timeout, interval=interval, what=f"security group {group_id} to be released", **extra)
         deleted.append(group_id)
     return deleted
