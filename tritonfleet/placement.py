@@ -189,19 +189,32 @@ def place(
     Raises :class:`PlacementError` naming the offending field.
     """
     entries: list[ServerSpec] = list(servers or []) or [ServerSpec()]
-    neuron = itype.is_neuron
-    unit = "device" if neuron else "GPU"
-    alloc_key = "devices" if neuron else "gpus"
+    _check_server_count(itype, entries)
+    explicit = _explicit_ids(itype, entries)
+    _check_exclusive(itype, explicit)
+    allocated = _split_unclaimed(itype, explicit)
+    core_sets = _core_sets(itype, entries, allocated)
+    _check_cores_exclusive(core_sets)
+    return _placements(itype, entries, allocated, core_sets, base_ports, port_stride, bind_address)
 
+
+def _unit(itype: InstanceType) -> tuple[str, str]:
+    """What a server gets on ``itype``, and its key: ``("device", "devices")`` or ``("GPU", "gpus")``."""
+    return ("device", "devices") if itype.is_neuron else ("GPU", "gpus")
+
+
+def _check_server_count(itype: InstanceType, entries: Sequence[ServerSpec]) -> None:
+    """Each server needs at least one device (GPU) of its own."""
+    unit, _ = _unit(itype)
     if len(entries) > itype.device_count:
-        raise PlacementError(
-            _FIELD,
-            len(entries),
-            f"more servers than {unit}s: {itype.name} has {itype.device_count} {unit}(s) "
-            f"and each server needs at least one of its own",
-        )
+        raise PlacementError(_FIELD, len(entries), f"more servers than {unit}s: {itype.name} has "
+                             f"{itype.device_count} {unit}(s) and each server needs at least one of its own")
 
-    # -- what this instance type allows per server -----------------------------------------------------
+
+def _explicit_ids(itype: InstanceType, entries: Sequence[ServerSpec]) -> list[list[int] | None]:
+    """What this instance type allows per server: each explicit device (GPU) list, checked and sorted."""
+    neuron = itype.is_neuron
+    unit, alloc_key = _unit(itype)
     explicit: list[list[int] | None] = []
     for i, server in enumerate(entries):
         where = f"{_FIELD}[{i}]"
@@ -221,12 +234,15 @@ def place(
             raise PlacementError(field, ids, f"{noun} {_fmt(outside)} not on {itype.name} "
                                              f"({itype.name} has {_have(unit, itype.device_count)})")
         if neuron and not _contiguous(ids):
-            raise PlacementError(
-                field, ids, f"devices must be contiguous ({itype.name} has {_have(unit, itype.device_count)})"
-            )
+            raise PlacementError(field, ids, f"devices must be contiguous "
+                                             f"({itype.name} has {_have(unit, itype.device_count)})")
         explicit.append(sorted(ids))
+    return explicit
 
-    # -- devices/gpus exclusive between servers ---------------------------------------------------------
+
+def _check_exclusive(itype: InstanceType, explicit: Sequence[list[int] | None]) -> None:
+    """Devices (GPUs) are exclusive between servers: no two explicit lists share one."""
+    unit, alloc_key = _unit(itype)
     owner: dict[int, int] = {}
     for i, ids in enumerate(explicit):
         if ids is None:
@@ -234,40 +250,40 @@ def place(
         taken = [d for d in ids if d in owner]
         if taken:
             other = owner[taken[0]]
-            raise PlacementError(
-                f"{_FIELD}[{i}].{alloc_key}",
-                ids,
-                f"{unit}s {format_core_range(taken)} already used by {_FIELD}[{other}] "
-                f"(servers cannot share a {unit})",
-            )
+            raise PlacementError(f"{_FIELD}[{i}].{alloc_key}", ids, f"{unit}s {format_core_range(taken)} "
+                                 f"already used by {_FIELD}[{other}] (servers cannot share a {unit})")
         owner.update(dict.fromkeys(ids, i))
 
-    # -- split unclaimed devices among servers without an explicit list ----------------------------------
+
+def _split_unclaimed(itype: InstanceType, explicit: Sequence[list[int] | None]) -> list[list[int]]:
+    """Every server's devices (GPUs): its explicit list, or an even, contiguous share of the unclaimed."""
+    unit, alloc_key = _unit(itype)
     auto = [i for i, ids in enumerate(explicit) if ids is None]
     allocated: list[list[int]] = [list(ids) if ids is not None else [] for ids in explicit]
     if auto:
-        free = [d for d in range(itype.device_count) if d not in owner]
+        claimed = {d for ids in explicit if ids is not None for d in ids}
+        free = [d for d in range(itype.device_count) if d not in claimed]
         if len(free) < len(auto) or len(free) % len(auto):
             free_txt = format_core_range(free) if free else "none"
-            raise PlacementError(
-                _FIELD,
-                auto,
-                f"{len(auto)} server(s) without {alloc_key} cannot evenly split the {len(free)} unclaimed "
-                f"{unit}(s) of {itype.name} ({free_txt}); give them explicit {alloc_key}",
-            )
+            raise PlacementError(_FIELD, auto, f"{len(auto)} server(s) without {alloc_key} cannot evenly "
+                                 f"split the {len(free)} unclaimed {unit}(s) of {itype.name} ({free_txt}); "
+                                 f"give them explicit {alloc_key}")
         size = len(free) // len(auto)
         for n, i in enumerate(auto):
             chunk = free[n * size : (n + 1) * size]
-            if neuron and not _contiguous(chunk):
-                raise PlacementError(
-                    f"{_FIELD}[{i}]",
-                    chunk,
-                    f"the unclaimed devices left for this server are not contiguous ({format_core_range(free)} "
-                    f"split {len(auto)} ways); give it explicit devices",
-                )
+            if itype.is_neuron and not _contiguous(chunk):
+                raise PlacementError(f"{_FIELD}[{i}]", chunk, "the unclaimed devices left for this server "
+                                     f"are not contiguous ({format_core_range(free)} split {len(auto)} "
+                                     "ways); give it explicit devices")
             allocated[i] = chunk
+    return allocated
 
-    # -- cores ------------------------------------------------------------------------------------------
+
+def _core_sets(
+    itype: InstanceType, entries: Sequence[ServerSpec], allocated: Sequence[list[int]]
+) -> list[list[int]]:
+    """Every server's cores: its explicit ``cores`` (on its devices, contiguous) or all its devices' cores."""
+    neuron = itype.is_neuron
     core_sets: list[list[int]] = []
     for i, server in enumerate(entries):
         owned = [c for d in allocated[i] for c in itype.cores_of_device(d)] if neuron else []
@@ -278,81 +294,76 @@ def place(
         cores = list(server.cores)
         foreign = sorted(c for c in cores if c not in owned)
         if foreign:
-            raise PlacementError(
-                field,
-                cores,
-                f"cores {_fmt(foreign)} are not on this server's devices "
-                f"{format_core_range(allocated[i])} (cores {format_core_range(owned)})",
-            )
+            raise PlacementError(field, cores, f"cores {_fmt(foreign)} are not on this server's devices "
+                                 f"{format_core_range(allocated[i])} (cores {format_core_range(owned)})")
         if not _contiguous(cores):
             raise PlacementError(field, cores, "cores must be contiguous")
         core_sets.append(sorted(cores))
+    return core_sets
 
+
+def _check_cores_exclusive(core_sets: Sequence[list[int]]) -> None:
+    """NeuronCores are never shared between servers (unreachable while devices are exclusive; a guard)."""
     core_owner: dict[int, int] = {}
     for i, cores in enumerate(core_sets):
         shared = [c for c in cores if c in core_owner]
-        if shared:  # unreachable while devices are exclusive; kept as a guard for the NeuronCore rule
-            raise PlacementError(
-                f"{_FIELD}[{i}].cores",
-                cores,
-                f"cores {format_core_range(shared)} already used by {_FIELD}[{core_owner[shared[0]]}] "
-                "(NeuronCores cannot be shared between servers)",
-            )
+        if shared:
+            raise PlacementError(f"{_FIELD}[{i}].cores", cores, f"cores {format_core_range(shared)} already "
+                                 f"used by {_FIELD}[{core_owner[shared[0]]}] "
+                                 "(NeuronCores cannot be shared between servers)")
         core_owner.update(dict.fromkeys(cores, i))
 
-    # -- ports, names, addresses ------------------------------------------------------------------------
-    single = len(entries) == 1
+
+def _placements(itype: InstanceType, entries: Sequence[ServerSpec], allocated: Sequence[list[int]],
+                core_sets: Sequence[list[int]], base_ports: tuple[int, int, int], port_stride: int,
+                bind_address: str) -> list[Placement]:
+    """Ports, names, addresses: each server's :class:`Placement`, its ports and container name unique."""
+    neuron = itype.is_neuron
     placements: list[Placement] = []
     used_ports: list[tuple[int, str, str]] = []  # (port, bind address, field)
     names: dict[str, int] = {}
     for i, server in enumerate(entries):
         where = f"{_FIELD}[{i}]"
         address = server.bind_address or bind_address
-        ports: dict[str, int] = {}
-        for key, base in zip(_PORT_KEYS, base_ports, strict=True):
-            field = f"{where}.{key}"
-            port = getattr(server, key)
-            if port is None:
-                port = base + i * port_stride
-                if not 1 <= port <= 65535:
-                    raise PlacementError(
-                        field,
-                        port,
-                        f"default port (base {base} + {i} * {port_stride}) is out of range 1..65535",
-                    )
-            for other_key, other_port in ports.items():
-                if other_port == port:
-                    raise PlacementError(field, port, f"same port as {where}.{other_key}")
-            for other_port, other_address, other_field in used_ports:
-                if other_port == port and _overlaps(address, other_address):
-                    raise PlacementError(field, port, f"port already used by {other_field}")
-            ports[key] = port
+        ports = _ports(i, server, address, base_ports, port_stride, used_ports)
         used_ports.extend((port, address, f"{where}.{key}") for key, port in ports.items())
-
-        name = server.name or ("triton" if single else f"triton-{i}")
+        name = server.name or ("triton" if len(entries) == 1 else f"triton-{i}")
         if name in names:
-            raise PlacementError(
-                f"{where}.name", name, f"container name already used by {_FIELD}[{names[name]}]"
-            )
+            raise PlacementError(f"{where}.name", name,
+                                 f"container name already used by {_FIELD}[{names[name]}]")
         names[name] = i
-
         devices = tuple(allocated[i]) if neuron else ()
         cores = tuple(core_sets[i]) if neuron else ()
         gpus = tuple(allocated[i]) if not neuron else ()
-        placements.append(
-            Placement(
-                index=i,
-                name=name,
-                devices=devices,
-                cores=cores,
-                visible_cores=format_core_range(cores) if neuron else None,
-                device_paths=tuple(f"/dev/neuron{d}" for d in devices),
-                gpus=gpus,
-                gpus_flag=("device=" + ",".join(str(g) for g in gpus)) if gpus else None,
-                http_port=ports["http_port"],
-                grpc_port=ports["grpc_port"],
-                metrics_port=ports["metrics_port"],
-                bind_address=address,
-            )
-        )
+        placements.append(Placement(
+            index=i, name=name, devices=devices, cores=cores,
+            visible_cores=format_core_range(cores) if neuron else None,
+            device_paths=tuple(f"/dev/neuron{d}" for d in devices),
+            gpus=gpus, gpus_flag=("device=" + ",".join(str(g) for g in gpus)) if gpus else None,
+            http_port=ports["http_port"], grpc_port=ports["grpc_port"], metrics_port=ports["metrics_port"],
+            bind_address=address,
+        ))
     return placements
+
+
+def _ports(i: int, server: ServerSpec, address: str, base_ports: tuple[int, int, int], port_stride: int,
+           used_ports: Sequence[tuple[int, str, str]]) -> dict[str, int]:
+    """Server ``i``'s ports (explicit, or base + i * stride), clashing with none of its own or the others'."""
+    where = f"{_FIELD}[{i}]"
+    ports: dict[str, int] = {}
+    for key, base in zip(_PORT_KEYS, base_ports, strict=True):
+        field = f"{where}.{key}"
+        port = getattr(server, key)
+        if port is None:
+            port = base + i * port_stride
+            if not 1 <= port <= 65535:
+                raise PlacementError(field, port, f"default port (base {base} + {i} * {port_stride}) "
+                                     "is out of range 1..65535")
+        for other_key, other_port in ports.items():
+            if other_port == port:
+                raise PlacementError(field, port, f"same port as {where}.{other_key}")
+        for other_port, other_address, other_field in used_ports:
+            if other_port == port and _overlaps(address, other_address):
+                raise PlacementError(field, port, f"port already used by {other_field}")
+        ports[key] = port
+    return ports
