@@ -192,3 +192,43 @@ def test_downloads_run_on_the_pool_the_options_ask_for(endpoint, s3, bucket, tmp
     (config,) = configs
     chunk = range_size(max(len(b) for b in tree.values()))
     assert (config.max_request_concurrency, config.multipart_threshold, config.multipart_chunksize) == (2, chunk, chunk)
+
+
+class _ChecksumsNeverMatch:
+    """s3transfer's manager as it ends when botocore's own check of S3's checksum fails on every download."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def download(self, bucket, key, path, subscribers):
+        from botocore.exceptions import FlexibleChecksumError
+
+        self.calls += 1
+        raise FlexibleChecksumError(error_msg=f"Expected checksum AAAA did not match calculated checksum: B{self.calls}")
+
+
+def _downloader(tmp_path, retries: int = 3) -> _Fetcher:
+    from tritonfleet.agent.sync import Result
+
+    remote = types.SimpleNamespace(phase=Phase())
+    return _Fetcher(Options(bucket="b", prefix="", dest=str(tmp_path), retries=retries), remote,
+                    types.SimpleNamespace(parts=str(tmp_path)), None, Result())
+
+
+def test_a_download_whose_s3_checksum_never_matches_is_tried_every_attempt_and_named(tmp_path):
+    """botocore's FlexibleChecksumError is a failed check like ours: downloaded again up to --retries times, each
+    a retry counted, and the error names the checksum problem of the last attempt."""
+    fetcher, manager = _downloader(tmp_path), _ChecksumsNeverMatch()
+    with pytest.raises(SyncError) as err:
+        fetcher._fetch(manager, Entry(path="m/1/model.pt", key="p/m/1/model.pt", size=10, etag="0" * 32))
+    assert manager.calls == 3 and fetcher.result.retries == 2
+    assert str(err.value) == ("s3://b/p/m/1/model.pt: Expected checksum AAAA did not match calculated checksum: B3 "
+                              "(after 3 download attempts)")
+
+
+def test_a_download_after_another_failed_is_cancelled_before_it_asks_s3(tmp_path):
+    fetcher, manager = _downloader(tmp_path), _ChecksumsNeverMatch()
+    fetcher.failed.set()
+    with pytest.raises(SyncError, match="^cancelled$"):
+        fetcher._fetch(manager, Entry(path="a", key="a", size=10, etag="0" * 32))
+    assert manager.calls == 0
