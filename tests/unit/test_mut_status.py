@@ -280,3 +280,26 @@ def test_the_table_fits_a_terminal_and_is_200_columns_at_most_elsewhere(monkeypa
     status.print_status([_wide_row()])
     widths = {len(line) for line in capsys.readouterr().out.splitlines() if line.startswith(("┏", "│"))}
     assert widths == {70}
+
+
+@pytest.mark.parametrize("prometheus, where", [("http://prom:9090", "http://prom:9090"), (None, "probing from here")])
+def test_a_prometheus_that_does_not_answer_is_said_at_debug_level_with_where_it_was_asked(monkeypatch, tmp_path,
+                                                                                          caplog, prometheus, where):
+    """`tritonfleet -v status --exporters` says why the exporters column reads "prometheus: ...": which Prometheus
+    (or the probes from this machine) and the whole error."""
+    import logging
+
+    from tritonfleet.face import monitoring
+
+    inv = tmp_path / "inv.py"
+    inv.write_text("hosts = [('a', {'ssh_hostname': '10.0.0.1'})]\n")
+    monkeypatch.setattr(status, "host_status", lambda name, data, *, previous=False: [{"host": name}])
+
+    def down(inventory, prometheus):
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(monitoring, "exporters_status", down)
+    with caplog.at_level(logging.DEBUG, logger="tritonfleet.face.status"):
+        status.fleet_status(inv, exporters=True, prometheus=prometheus)
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name == "tritonfleet.face.status"] == [
+        ("tritonfleet.face.status", logging.DEBUG, f"exporters: {where}: connection refused")]
