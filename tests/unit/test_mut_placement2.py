@@ -24,6 +24,9 @@ INF2_24 = catalog.get("inf2.24xlarge")  # 6 devices, 2 cores each
      "devices -2,-1 not on inf2.24xlarge (inf2.24xlarge has devices 0-5)"),
     (INF2_24, [{"devices": [0, 1]}, {"devices": [1, 2]}], "triton_servers[1].devices", [1, 2],
      "devices 1 already used by triton_servers[0] (servers cannot share a device)"),
+    # a server placed automatically before the two that clash: the check goes on past it
+    (INF2_24, [{}, {"devices": [3]}, {"devices": [3, 4]}], "triton_servers[2].devices", [3, 4],
+     "devices 3 already used by triton_servers[1] (servers cannot share a device)"),
     (INF2_24, [{"devices": [1]}, {"devices": [4]}, {}, {}], "triton_servers[2]", [0, 2],
      "the unclaimed devices left for this server are not contiguous (0,2-3,5 split 2 ways); give it explicit "
      "devices"),
