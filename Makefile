@@ -25,9 +25,10 @@ DIR       ?= qa-selftest
 TARGET    ?= cpu
 # Debian packages the sandbox fleet needs on the controller.
 # prometheus: the sandbox's Prometheus (README "Monitoring"; its checks of the dashboards)
-APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus
+# haproxy: `haproxy -c` checks the lb role's rendered configuration (tests/fake/test_lb_role.py)
+APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus haproxy
 
-.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint mutate bench-converge bench-sync bench-qa bench-live qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -42,6 +43,8 @@ help: ## List targets and their variables
 	@echo "  OUT=monitoring       monitoring-targets: directory of the target files and prometheus.yml"
 	@echo "  BATCH=$(BATCH) CANARY=$(CANARY) FAIL_PERCENT=$(FAIL_PERCENT)   rollout: hosts per batch, canary hosts first, stop above this % failed"
 	@echo "  TARGET_GROUP=arn REGION=...   rollout: ELBv2 target group the hosts leave while they change"
+	@echo "  LB=elbv2|haproxy CANARY_WEIGHT=10 BAKE=120 PROMETHEUS=url   rollout: load balancer; traffic canary judged by Prometheus"
+	@echo "  MAX_ERROR_RATIO=0.01 MAX_LATENCY_RATIO=1.5 LISTENER_ARN/RULE_ARN/CANARY_TARGET_GROUP   rollout: canary gates; ELBv2 canary"
 	@echo "  FLEET=name           EC2 fleet (fleet-up, fleet-down, fleet-list; or TRITONFLEET_FLEET)"
 	@echo "  REGION=us-east-1     AWS region (fleet-*, rollout; or TRITONFLEET_REGION, AWS_REGION)"
 	@echo "  TYPE=$(TYPE)      instance type (fleet-up)"
@@ -77,9 +80,11 @@ prereqs: ## Install the Debian packages the sandbox fleet needs on this machine 
 	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
 
-demo: prereqs setup-triton ## Bring up the sandbox and run the main job on it, then print what is serving where
+demo: prereqs setup-triton ## Bring up the sandbox (Triton hosts and the lb host), serve, put HAProxy in front, print what serves where
 	$(TF) sandbox up --instance-type $(TYPES)
 	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
+	$(PYINFRA) -y $(INVENTORY) deploys/lb.py
+	@$(PY) -c "from tritonfleet.sandbox.inventory import sandbox_hosts as h; [print('front door', n, 'http://%s:8000  grpc %s:8001  metrics http://%s:8405/metrics' % ((d['ssh_hostname'],) * 3)) for n, d in h(accelerated=False)]"
 	$(TF) status --inventory $(INVENTORY)
 
 test: prereqs setup-triton ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox's tests on one worker, the rest on another)
@@ -120,15 +125,22 @@ sandbox-down: setup ## Tear the sandbox fleet down, leaving no trace
 sandbox-status: setup ## Show the sandbox fleet
 	$(TF) sandbox status
 
+lb: setup ## HAProxy on INVENTORY's lb group in front of its Triton servers (deploys/lb.py)
+	$(PYINFRA) -y $(INVENTORY) deploys/lb.py
+
 serve: setup ## Provision and serve INVENTORY (deploys/serve.py)
 	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
 
 models: setup ## Update INVENTORY's model repositories from S3, reloading changed models live (deploys/models.py); VERIFY=1 hashes every file and repairs
 	$(PYINFRA) -y $(INVENTORY) deploys/models.py $(if $(VERIFY),--data models_s3_verify=true)
 
-rollout: setup ## Rolling rollout of deploys/serve.py over INVENTORY: BATCH, CANARY, FAIL_PERCENT, TARGET_GROUP
+rollout: setup ## Rolling rollout of deploys/serve.py over INVENTORY: BATCH, CANARY, FAIL_PERCENT, LB, TARGET_GROUP, CANARY_WEIGHT, BAKE, PROMETHEUS
 	$(TF) rollout --inventory $(INVENTORY) --batch $(BATCH) --canary $(CANARY) --fail-percent $(FAIL_PERCENT) \
-	  $(if $(TARGET_GROUP),--target-group $(TARGET_GROUP)) $(if $(REGION),--region $(REGION))
+	  $(if $(LB),--lb $(LB)) $(if $(TARGET_GROUP),--target-group $(TARGET_GROUP)) $(if $(REGION),--region $(REGION)) \
+	  $(if $(CANARY_WEIGHT),--canary-weight $(CANARY_WEIGHT)) $(if $(BAKE),--bake $(BAKE)) \
+	  $(if $(PROMETHEUS),--prometheus $(PROMETHEUS)) $(if $(MAX_ERROR_RATIO),--max-error-ratio $(MAX_ERROR_RATIO)) \
+	  $(if $(MAX_LATENCY_RATIO),--max-latency-ratio $(MAX_LATENCY_RATIO)) $(if $(LISTENER_ARN),--listener-arn $(LISTENER_ARN)) \
+	  $(if $(RULE_ARN),--rule-arn $(RULE_ARN)) $(if $(CANARY_TARGET_GROUP),--canary-target-group $(CANARY_TARGET_GROUP))
 
 fleet-up: setup ## Launch COUNT x TYPE into EC2 fleet FLEET (REGION, SSH_CIDR, FLEET_ARGS); waits for SSH
 	$(TF) fleet up $(if $(FLEET),--fleet $(FLEET)) $(if $(REGION),--region $(REGION)) --type $(TYPE) --count $(COUNT) $(if $(SSH_CIDR),--ssh-cidr $(SSH_CIDR)) $(FLEET_ARGS)

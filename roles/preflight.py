@@ -34,11 +34,20 @@ class PreflightError(PyinfraError):
     """Bad host data; raised before any host is changed."""
 
 
+#: The inventory group of the load balancers (roles/lb.py): the only hosts that may have no accelerator.
+LB_GROUP = "lb"
+
+
 def _validate(h, roles) -> HostConfig:
     data = h.data.dict()
     endpoint = data.get("imds_endpoint") or DEFAULT_IMDS
-    return load_host_config(h.name, data, roles,
-                            instance_type_lookup=lambda: h.get_fact(ImdsInstanceType, endpoint=endpoint))
+    cfg = load_host_config(h.name, data, roles,
+                           instance_type_lookup=lambda: h.get_fact(ImdsInstanceType, endpoint=endpoint))
+    if not cfg.instance.has_accelerator and LB_GROUP not in h.groups:
+        raise ConfigError(h.name, "instance_type", cfg.instance.name,
+                          "has no accelerator (no Neuron device, no GPU), so no Triton server can run on it; "
+                          f"general-purpose instance types are for the hosts of the {LB_GROUP} group")
+    return cfg
 
 
 def _platform(h, cfg: HostConfig) -> HostConfig:
@@ -147,13 +156,20 @@ def _validate_all(state) -> dict[str, HostConfig]:
 
 
 @deploy("Preflight")
-def preflight() -> None:
-    """Validate all hosts' data (OS, instance type, placement, versions, keys) before anything changes."""
+def preflight(needs_accelerator: bool = True) -> None:
+    """Validate all hosts' data (OS, instance type, placement, versions, keys) before anything changes.
+
+    ``needs_accelerator``: the deploy's roles serve Triton (every deploy but deploys/lb.py); a load balancer
+    without an accelerator (a general-purpose host of the lb group) is left out of such a deploy, said once."""
     configs = validate_all()
     if host.name not in configs and host.name in host.state.__dict__.get("_tritonfleet_lost_hosts", ()):
         # lost during preflight (said once, above): its deploy file ends here; pyinfra runs nothing on a
         # failed host, and a GreenletExit is how a host's loading greenlet ends without failing the others
         raise GreenletExit
     cfg = configs[host.name]
+    if needs_accelerator and not cfg.instance.has_accelerator:
+        logger.info(f"{host.name}: {cfg.instance.name} has no accelerator: a load balancer, left out of this deploy "
+                    "(deploys/lb.py configures it)")
+        raise GreenletExit
     host.noop(f"{cfg.platform.name if cfg.platform else '?'}, {cfg.instance.name}: "
               f"{len(cfg.triton.placements)} Triton server(s) placed")

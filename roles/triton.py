@@ -158,7 +158,8 @@ class Settings(RoleSettings):
     @model_validator(mode="after")
     def _place(self, info: ValidationInfo) -> Settings:
         instance = (info.context or {}).get("instance")
-        if instance is not None:
+        # a general-purpose host (no accelerator, e.g. a load balancer of the lb group) has no Triton server
+        if instance is not None and instance.has_accelerator:
             try:
                 self._placements = tuple(place(instance, self.servers, bind_address=self.bind_address))
             except PlacementError as exc:

@@ -1,10 +1,13 @@
 """Instance catalog: accelerator facts for the EC2 instance types tritonfleet provisions.
 
-The static table covers every size of inf1, inf2, trn1, trn1n and trn2 and the usual NVIDIA GPU
-families (g4dn, g5, g6, g6e, p4d, p5). Sources (see the research note neuron-ec2.md §2):
+The static table covers every size of inf1, inf2, trn1, trn1n and trn2, the usual NVIDIA GPU
+families (g4dn, g5, g6, g6e, p4d, p5) and a few general-purpose families without an accelerator (m5, m6i,
+c6i, t3: ``accelerator == "none"``, no devices) for hosts that run no Triton, such as the HAProxy load
+balancers of the ``lb`` group (``roles/lb.py``). Sources (see the research note neuron-ec2.md §2):
 
 - Neuron sizes: the Neuron SDK architecture pages (inf1/inf2/trn1/trn2-arch.rst).
 - GPU sizes: the AWS Batch "GPU jobs" table and the EC2 accelerated-computing docs.
+- General-purpose sizes: the EC2 general-purpose and compute-optimized instance docs (vCPUs, memory).
 - ``efa`` and the figures the notes mark unverified (g6 12/24/48xlarge, trn2.3xlarge, all of g6e)
   were checked against a ``DescribeInstanceTypes`` snapshot (the one bundled with moto 5.2).
 
@@ -53,7 +56,8 @@ class InstanceType:
 
     ``device_count`` counts Neuron devices (chips, ``/dev/neuronN``) or GPUs. ``cores_per_device`` is the
     number of NeuronCores per device as the runtime numbers them (logical cores on trn2, LNC=2 default);
-    it is 1 for GPUs. Memory figures are MiB.
+    it is 1 for GPUs. General-purpose types (``accelerator == "none"``) have no devices and no cores: no
+    Triton server can be placed on them. Memory figures are MiB.
     """
 
     name: str
@@ -69,9 +73,12 @@ class InstanceType:
     logical_neuroncore_config: int | None = None
 
     def __post_init__(self) -> None:
-        if self.accelerator not in ("neuron", "gpu"):
-            raise ValueError(f"{self.name}: accelerator must be 'neuron' or 'gpu', not {self.accelerator!r}")
-        if self.device_count < 1 or self.cores_per_device < 1:
+        if self.accelerator not in ("neuron", "gpu", "none"):
+            raise ValueError(f"{self.name}: accelerator must be 'neuron', 'gpu' or 'none', not {self.accelerator!r}")
+        if self.accelerator == "none":
+            if self.device_count or self.cores_per_device or self.device_memory_mib or self.device_name:
+                raise ValueError(f"{self.name}: an instance type without an accelerator has no devices")
+        elif self.device_count < 1 or self.cores_per_device < 1:
             raise ValueError(f"{self.name}: device_count and cores_per_device must be >= 1")
         if self.accelerator == "gpu" and self.cores_per_device != 1:
             raise ValueError(f"{self.name}: GPU instance types have cores_per_device == 1")
@@ -90,6 +97,11 @@ class InstanceType:
     def is_gpu(self) -> bool:
         """True for NVIDIA GPU instance types."""
         return self.accelerator == "gpu"
+
+    @property
+    def has_accelerator(self) -> bool:
+        """False for general-purpose instance types (no Neuron device, no GPU): they serve no Triton."""
+        return self.accelerator != "none"
 
     @property
     def neuron_arch(self) -> str | None:
@@ -170,6 +182,21 @@ def _neuron(
     )
 
 
+def _general(name: str, vcpus: int, mem_gib: int) -> InstanceType:
+    return InstanceType(
+        name=name,
+        family=name.split(".", 1)[0],
+        accelerator="none",
+        device_name="",
+        device_count=0,
+        cores_per_device=0,
+        device_memory_mib=0,
+        vcpus=vcpus,
+        memory_mib=mem_gib * GIB,
+        efa=False,
+    )
+
+
 def _gpu(
     name: str, device_name: str, gpus: int, gpu_gib: int, vcpus: int, mem_gib: int, efa: bool
 ) -> InstanceType:
@@ -236,6 +263,23 @@ _TABLE: tuple[InstanceType, ...] = (
     _gpu("g6e.48xlarge", "L40S", 8, 48, 192, 1536, True),
     _gpu("p4d.24xlarge", "A100", 8, 40, 96, 1152, True),
     _gpu("p5.48xlarge", "H100", 8, 80, 192, 2048, True),
+    # general purpose, no accelerator (load balancers and other hosts that run no Triton): name, vCPU, host GiB
+    _general("m5.large", 2, 8),
+    _general("m5.xlarge", 4, 16),
+    _general("m5.2xlarge", 8, 32),
+    _general("m5.4xlarge", 16, 64),
+    _general("m6i.large", 2, 8),
+    _general("m6i.xlarge", 4, 16),
+    _general("m6i.2xlarge", 8, 32),
+    _general("m6i.4xlarge", 16, 64),
+    _general("c6i.large", 2, 4),
+    _general("c6i.xlarge", 4, 8),
+    _general("c6i.2xlarge", 8, 16),
+    _general("c6i.4xlarge", 16, 32),
+    _general("t3.medium", 2, 4),
+    _general("t3.large", 2, 8),
+    _general("t3.xlarge", 4, 16),
+    _general("t3.2xlarge", 8, 32),
 )
 
 #: The static catalog, keyed by instance type name.

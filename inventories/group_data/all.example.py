@@ -475,11 +475,87 @@
 # monitoring_fleet = None
 
 ## -------------------------------------------------------------------------------------------------
+## lb (roles/lb.py): HAProxy in front of the Triton servers, on the hosts of the lb group
+## -------------------------------------------------------------------------------------------------
+
+## Port of the HTTP frontend (clients use the load balancer like one Triton server: 8000).
+## bounds: >= 1, <= 65535
+# lb_frontend_http_port = 8000
+
+## Port of the gRPC (HTTP/2) frontend.
+## bounds: >= 1, <= 65535
+# lb_frontend_grpc_port = 8001
+
+## Address the frontends and the Prometheus endpoint listen on (0.0.0.0: every interface).
+# lb_bind_address = '0.0.0.0'
+
+## Port of HAProxy's built-in Prometheus exporter (path /metrics, on lb_bind_address).
+## bounds: >= 1, <= 65535
+# lb_prometheus_port = 8405
+
+## Health check interval per server (GET /v2/health/ready on its HTTP port, 200 expected).
+## bounds: >= 100, <= 60000
+# lb_check_interval_ms = 2000
+
+## Failed checks in a row that take a server out.
+## bounds: >= 1, <= 100
+# lb_fall = 3
+
+## Passed checks in a row that put a server back.
+## bounds: >= 1, <= 100
+# lb_rise = 2
+
+## timeout connect (and timeout check).
+## bounds: >= 100, <= 60000
+# lb_connect_timeout_ms = 5000
+
+## timeout client: a client's inactivity.
+## bounds: >= 1, <= 86400
+# lb_client_timeout_s = 300
+
+## timeout server: a server's inactivity (an inference may take long).
+## bounds: >= 1, <= 86400
+# lb_server_timeout_s = 300
+
+## hard-stop-after: how long the old workers of a reload may finish their connections.
+## bounds: >= 1, <= 86400
+# lb_hard_stop_after_s = 600
+
+## Global maxconn: connections at once (HAProxy needs 2 file descriptors each; raise the unit's
+## LimitNOFILE with it).
+## bounds: >= 1, <= 1000000
+# lb_maxconn = 4096
+
+## HAProxy package version or pattern (e.g. 2.6.*); None: the platform's current package.
+# lb_haproxy_version = None
+
+## Triton hosts: the address the load balancers reach this host's servers at; None: a server's own
+## bind address when it names one, else ec2_private_ip, else ssh_hostname, else the host name.
+# lb_backend_address = None
+
+## ELBv2 rollouts (rollout_lb: elbv2): this host's target id; None: ec2_instance_id for an instance
+## target group, ec2_private_ip for an ip one.
+# lb_target_id = None
+
+## -------------------------------------------------------------------------------------------------
 ## rollback (roles/rollback.py): roll a host back to the point a rollout recorded before changing it
 ## -------------------------------------------------------------------------------------------------
 
 ## What to roll back to (set by `tritonfleet rollout` on a failed host; JSON on the command line).
 # rollback_point = None
+
+## -------------------------------------------------------------------------------------------------
+## rollout (roles/rollout.py): which load balancer a rollout drains hosts from (ELBv2 or HAProxy)
+## -------------------------------------------------------------------------------------------------
+
+## elbv2: the ELBv2 target group rollout_target_group (or --target-group; neither: no load balancer
+## is told); haproxy: the HAProxy of the lb group's hosts (roles/lb.py), each server drained and put
+## back over its Runtime API.
+## allowed: 'elbv2', 'haproxy'
+# rollout_lb = 'elbv2'
+
+## elbv2: the target group's ARN (the rollout's --target-group wins).
+# rollout_target_group = None
 
 ## -------------------------------------------------------------------------------------------------
 ## Renamed or removed keys: a host that still sets one fails preflight

@@ -17,6 +17,7 @@ from roles.operations import (
     accelerators,
     docker,
     files,
+    haproxy,
     keys,
     models,
     monitoring,
@@ -27,5 +28,5 @@ from roles.operations import (
     triton,
 )
 
-__all__ = ["accelerators", "docker", "files", "keys", "models", "monitoring", "packages", "qa", "services", "system",
-           "triton"]
+__all__ = ["accelerators", "docker", "files", "haproxy", "keys", "models", "monitoring", "packages", "qa", "services",
+           "system", "triton"]

@@ -19,6 +19,7 @@ FLEET = [
     fleet.HostSpec("inf1.xlarge", name="legacy", preinstall=["aws-neuron-dkms", "aws-neuron-runtime"]),
     fleet.HostSpec("inf2.xlarge", name="nodrv", driver_creates_devices=False),
     fleet.HostSpec("inf2.xlarge", name="scratch"),
+    fleet.HostSpec(fleet.LB_TYPE, name="lb"),  # the load balancer: general purpose, no accelerator (test_lb.py)
 ]
 
 

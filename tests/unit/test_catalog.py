@@ -91,10 +91,15 @@ def test_core_counts() -> None:
     assert catalog.get("g5.12xlarge").core_count == 4
 
 
+GENERAL_PURPOSE = {f"{family}.{size}" for family in ("m5", "m6i", "c6i") for size in ("large", "xlarge", "2xlarge", "4xlarge")} \
+    | {"t3.medium", "t3.large", "t3.xlarge", "t3.2xlarge"}
+
+
 def test_accelerator_and_lnc() -> None:
     for it in CATALOG.values():
         assert it.accelerator == (
-            "gpu" if it.device_name in {"T4", "A10G", "L4", "L40S", "A100", "H100"} else "neuron"
+            "gpu" if it.device_name in {"T4", "A10G", "L4", "L40S", "A100", "H100"}
+            else "none" if it.name in GENERAL_PURPOSE else "neuron"
         )
         assert it.logical_neuroncore_config == (2 if it.device_name == "Trainium2" else None)
         if it.accelerator == "gpu":
@@ -154,7 +159,7 @@ def test_unknown_lists_closest_names() -> None:
 
 
 def test_unknown_without_close_match_lists_families() -> None:
-    with pytest.raises(UnknownInstanceType, match=r"unknown instance type 'zzz'; known families: g4dn, g5, "):
+    with pytest.raises(UnknownInstanceType, match=r"unknown instance type 'zzz'; known families: c6i, g4dn, g5, "):
         catalog.get("zzz")
 
 
@@ -182,7 +187,20 @@ def test_extra_is_consulted_first() -> None:
         catalog.get("trn3.3xlarge")
 
 
+def test_general_purpose_types_have_no_accelerator_and_no_devices() -> None:
+    assert GENERAL_PURPOSE <= set(catalog.known())
+    for name in GENERAL_PURPOSE:
+        it = catalog.get(name)
+        assert not it.has_accelerator and not it.is_neuron and not it.is_gpu and it.neuron_arch is None
+        assert (it.device_count, it.core_count, it.device_memory_mib, it.efa) == (0, 0, 0, False)
+        with pytest.raises(ValueError, match="has devices 0--1|not 0"):
+            it.cores_of_device(0)
+    assert all(it.has_accelerator for it in CATALOG.values() if it.name not in GENERAL_PURPOSE)
+
+
 def test_instance_type_validates() -> None:
+    with pytest.raises(ValueError, match="has no devices"):
+        InstanceType("m.large", "m", "none", "", 1, 0, 0, 2, 8, False)
     with pytest.raises(ValueError, match="accelerator"):
         InstanceType("x.large", "x", "tpu", "X", 1, 1, 1, 1, 1, False)
     with pytest.raises(ValueError, match="cores_per_device == 1"):
@@ -312,6 +330,17 @@ def test_refresh_all_types_paginates(ec2) -> None:
     assert {"inf1.6xlarge", "inf2.48xlarge", "trn1.32xlarge", "p5.48xlarge"} <= set(refreshed)
     assert "m5.large" not in refreshed
     assert all(it.accelerator in ("neuron", "gpu") for it in refreshed.values())
+
+
+def test_general_purpose_sizes_agree_with_ec2_data(ec2) -> None:
+    """vCPUs and memory of the general-purpose rows against moto's DescribeInstanceTypes snapshot."""
+    items = ec2.describe_instance_types(InstanceTypes=sorted(GENERAL_PURPOSE))["InstanceTypes"]
+    assert {i["InstanceType"] for i in items} == GENERAL_PURPOSE
+    for item in items:
+        static = CATALOG[item["InstanceType"]]
+        assert not item.get("GpuInfo") and not item.get("NeuronInfo"), static.name
+        assert (static.vcpus, static.memory_mib) == (item["VCpuInfo"]["DefaultVCpus"],
+                                                     item["MemoryInfo"]["SizeInMiB"]), static.name
 
 
 def test_static_table_agrees_with_ec2_data(ec2) -> None:

@@ -200,7 +200,7 @@ class _ChecksumsNeverMatch:
     def __init__(self) -> None:
         self.calls = 0
 
-    def download(self, bucket, key, path, subscribers):
+    def download(self, bucket_name, key, path, subscribers):
         from botocore.exceptions import FlexibleChecksumError
 
         self.calls += 1

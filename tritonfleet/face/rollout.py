@@ -20,22 +20,41 @@ import click
               help="Hosts in the first batch, alone.")
 @click.option("--fail-percent", type=click.FloatRange(0, 100), default=0, show_default=True,
               help="Stop starting batches once failed hosts exceed this share of the fleet.")
+@click.option("--lb", "lb", type=click.Choice(["elbv2", "haproxy"]), default=None,
+              help="Load balancer the hosts leave while they change: an ELBv2 target group (--target-group; the "
+                   "default when one is given) or the HAProxy of the inventory's lb group (Runtime API over SSH).")
 @click.option("--target-group", help="ELBv2 target group ARN: hosts leave it while they change.")
 @click.option("--region", help="AWS region of the target group.")
 @click.option("--lb-timeout", type=click.IntRange(10, 3600), default=600, show_default=True,
-              help="Seconds a host may take to drain from the target group, and to be healthy in it again.")
+              help="Seconds a host may take to drain from the load balancer, and to be healthy in it again.")
+@click.option("--canary-weight", type=int, default=None,
+              help="Traffic canary: percent (0-100) of the requests sent to the canary hosts for --bake seconds, "
+                   "then judged against the other hosts by the gates (needs --prometheus and --lb).")
+@click.option("--bake", type=float, default=None, help="Traffic canary: seconds it bakes (default 120).")
+@click.option("--prometheus", help="Prometheus URL the canary gates ask (e.g. http://prometheus:9090).")
+@click.option("--max-error-ratio", type=float, default=0.01, show_default=True,
+              help="Canary gate: the canary's error ratio above which it is rolled back (0.01: 1% of requests).")
+@click.option("--max-latency-ratio", type=float, default=1.5, show_default=True,
+              help="Canary gate: the canary's latency per request above this times the others' rolls it back.")
+@click.option("--listener-arn", help="ELBv2 traffic canary: the listener whose default action gets the weights.")
+@click.option("--rule-arn", help="ELBv2 traffic canary: the listener rule whose forward action gets the weights.")
+@click.option("--canary-target-group", help="ELBv2 traffic canary: the canary hosts' target group ARN.")
 @click.option("--deploy", default="deploys/serve.py", show_default=True, help="The deploy each host gets.")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, help="Where the report goes.")
 @click.option("--limit", help="Only these hosts (comma separated).")
 @click.option("--step-timeout", type=click.IntRange(60, 86400), default=1800, show_default=True,
               help="Seconds one pyinfra run on one host may take.")
 def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoints: str,
-            checkpoint_delay: int | None, batch: int, canary: int, fail_percent: float, target_group: str | None,
-            region: str | None, lb_timeout: int, deploy: str, reports_dir: str, limit: str | None,
-            step_timeout: int) -> None:
-    """Roll the inventory's hosts through DEPLOY: canary, then batches; each host leaves the target group,
-    is updated, passes the health gate and its QA suites, or is rolled back. Exits non-zero when a host
-    failed or the rollout stopped. With --asg, an instance refresh of the Auto Scaling group instead."""
+            checkpoint_delay: int | None, batch: int, canary: int, fail_percent: float, lb: str | None,
+            target_group: str | None, region: str | None, lb_timeout: int, canary_weight: int | None,
+            bake: float | None, prometheus: str | None, max_error_ratio: float, max_latency_ratio: float,
+            listener_arn: str | None, rule_arn: str | None, canary_target_group: str | None, deploy: str,
+            reports_dir: str, limit: str | None, step_timeout: int) -> None:
+    """Roll the inventory's hosts through DEPLOY: canary, then batches; each host leaves the load balancer,
+    is updated, passes the health gate and its QA suites, or is rolled back. With --canary-weight the canary
+    then gets that share of the traffic for --bake seconds and the Prometheus gates compare it with the other
+    hosts; a breach rolls it back. Exits non-zero when a host failed, a gate breached or the rollout stopped.
+    With --asg, an instance refresh of the Auto Scaling group instead."""
     from tritonfleet.fleet import rollout as ro
 
     if asg:
@@ -49,7 +68,9 @@ def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoint
     opts = ro.Options(inventory=inventory, batch=batch, canary=canary, fail_percent=fail_percent,
                       target_group=target_group, region=region, deploy=deploy, reports_dir=reports_dir,
                       limit=[h for h in (limit or "").split(",") if h] or None, step_timeout=step_timeout,
-                      lb_timeout=lb_timeout)
+                      lb_timeout=lb_timeout, lb=lb, listener_arn=listener_arn, rule_arn=rule_arn,
+                      canary_target_group=canary_target_group, canary_weight=canary_weight, bake=bake,
+                      prometheus=prometheus, max_error_ratio=max_error_ratio, max_latency_ratio=max_latency_ratio)
     try:
         code = ro.main(opts)
     except (ro.RolloutError, OSError, SyntaxError) as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from tritonfleet import hostcontract as hc
 from tritonfleet.access.health import HostHealth, ServerHealth, read_host
 from tritonfleet.access.inventory import load_inventory
+from tritonfleet.access.ssh import HostUnreachable
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,41 @@ def host_rows(data: dict, health: HostHealth, *, previous: bool = False) -> list
     return rows
 
 
+def is_balancer(data: dict) -> bool:
+    """A host of a general-purpose instance type (no accelerator) runs no Triton: preflight accepts it only
+    in the lb group, where roles/lb.py runs HAProxy on it."""
+    from tritonfleet import catalog
+
+    try:
+        return not catalog.get(str(data.get("instance_type", ""))).has_accelerator
+    except (KeyError, ValueError):
+        return False
+
+
+def balancer_rows(name: str, data: dict, **haproxy: Any) -> list[dict[str, Any]]:
+    """The balancer's view, one row per backend server: state (up, draining, down, maint), weight and current
+    sessions, read over its Runtime API (:class:`tritonfleet.fleet.haproxy.HAProxy`; ``haproxy``: its
+    keyword arguments, for tests)."""
+    from tritonfleet.fleet.haproxy import HAProxy
+    from tritonfleet.fleet.lb import LoadBalancerError
+
+    try:
+        views = HAProxy([(name, data)], **{"timeout": 30, **haproxy}).view()
+    except (LoadBalancerError, HostUnreachable, OSError, RuntimeError) as exc:
+        return [{"host": name, "error": f"load balancer: {str(exc).splitlines()[0][:200]}", "serving": False}]
+    if not views:
+        return [{"host": name, "error": "load balancer: HAProxy has no triton backends (run deploys/lb.py)",
+                 "serving": False}]
+    return [{"host": name, "server": f"{v.pool}/{v.server}", "image": "haproxy", "devices": "-", "cores": "-",
+             "state": f"{v.state} (weight {v.weight}, {v.sessions} sessions)", "uptime": "-",
+             "ready_models": [], "endpoint": v.said or "-", "serving": True} for v in views]
+
+
 def host_status(name: str, data: dict, *, previous: bool = False) -> list[dict[str, Any]]:
-    """The rows of one host (:func:`host_rows` of :func:`tritonfleet.access.health.read_host`)."""
+    """The rows of one host (:func:`host_rows` of :func:`tritonfleet.access.health.read_host`); a load
+    balancer's are its view of the backends (:func:`balancer_rows`)."""
+    if is_balancer(data):
+        return balancer_rows(name, data)
     return host_rows(data, read_host(name, data, previous=previous), previous=previous)
 
 

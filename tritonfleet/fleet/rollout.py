@@ -5,12 +5,22 @@ Order: the first ``canary`` hosts, then batches of ``batch`` hosts (in parallel 
 
 1. record what it serves (each server's spec from its host record, the model version ``current`` points
    at): the rollback point;
-2. take it out of the load balancer (ELBv2 target group, when one is given) and wait for draining;
+2. take it out of the load balancer (``--lb``: an ELBv2 target group or the HAProxy of the ``lb`` group,
+   :mod:`tritonfleet.fleet.lb`) and wait for draining;
 3. apply ``deploys/serve.py`` to it (its own health gate included);
 4. QA gate: ``deploys/qa.py`` when the host has QA suites (``qa_suites``);
 5. on a failure: ``deploys/rollback.py`` with the recorded point (containers back to their recorded spec,
    models back to their kept version), then check that it serves again; the failure is counted;
-6. back into the target group, waiting until it is healthy.
+6. back into the load balancer, waiting until it is healthy.
+
+Traffic canary (``canary_weight``, with ``prometheus``): once every canary host is updated and back, the load
+balancer sends ``canary_weight`` % of the requests to them for ``bake`` seconds, then the gates
+(:mod:`tritonfleet.fleet.gates`) compare their servers' error ratio and latency per request with the other hosts'
+over that window. A breach (or gates that cannot be evaluated) takes the canary hosts out, restores the weights,
+rolls them back (step ``canary gate``, the message naming the metric, the values and the window) and starts no
+further batch; a pass restores the weights, puts the canary hosts back among the others and goes on. The
+verdict is the report's ``traffic_canary``. Everything a traffic canary needs is checked by :func:`validate`
+before anything changes.
 
 A host's status: ``updated``; ``rolled back`` (a step failed, the recorded point serves again); ``rollback
 failed`` (it does not serve again: it stays out of the load balancer); ``out of the load balancer`` (it serves,
@@ -46,6 +56,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tritonfleet import hostcontract as hc
 
@@ -57,6 +68,11 @@ DEFAULT_MODELS_DIR = "/opt/tritonfleet/models"
 TERM_GRACE = 30.0
 # Statuses that are no failure; every other final status is one (a new status counts unless listed here).
 NOT_FAILED = ("updated", "not started", "pending")
+
+
+#: Bake seconds of a traffic canary when none is given.
+DEFAULT_BAKE = 120.0
+LB_KINDS = ("elbv2", "haproxy")
 
 
 class RolloutError(Exception):
@@ -75,9 +91,22 @@ class Options:
     reports_dir: str = "reports"
     limit: list[str] | None = None
     step_timeout: float = 1800
-    lb_timeout: float = 600  # seconds a host may take to drain, and to be healthy again, in the target group
-    lb_delay: float = 5  # seconds between two looks at the target group
+    lb_timeout: float = 600  # seconds a host may take to drain, and to be healthy again, in the load balancer
+    lb_delay: float = 5  # seconds between two looks at the load balancer
     root: str = "."  # where deploys/ live (the project checkout)
+    lb: str | None = None  # "elbv2", "haproxy"; None: elbv2 when target_group is given, else no load balancer
+    listener_arn: str | None = None  # elbv2 traffic canary: the listener whose default action forwards ...
+    rule_arn: str | None = None  # ... or the listener rule that does
+    canary_target_group: str | None = None  # elbv2 traffic canary: the canary hosts' target group
+    canary_weight: int | None = None  # percent of the requests to the canary hosts during the bake; None: no bake
+    bake: float | None = None  # seconds of the traffic canary (DEFAULT_BAKE when None)
+    prometheus: str | None = None  # the Prometheus the gates ask (its URL)
+    max_error_ratio: float = 0.01  # the canary's error ratio above which it fails (absolute)
+    max_latency_ratio: float = 1.5  # the canary's latency per request above this times the others' fails it
+
+    @property
+    def lb_kind(self) -> str | None:
+        return self.lb or ("elbv2" if self.target_group else None)
 
 
 @dataclass
@@ -271,10 +300,12 @@ class Rollout:
         self.opts = opts
         self.hosts = dict(hosts)
         self.order = [name for name, _ in hosts]
-        self.lb = lb  # tritonfleet.fleet.lb.TargetGroup or None
+        self.lb = lb  # a tritonfleet.fleet.lb.LoadBalancer (TargetGroup, HAProxy) or None
         self.runner = Runner(opts)
         self.stop_requested = False
         self.results: dict[str, HostResult] = {name: HostResult(name) for name in self.order}
+        self.traffic: dict | None = None  # the traffic canary's record (the report's traffic_canary)
+        self.sleep, self.clock = time.sleep, time.monotonic  # the bake's (tests replace them)
 
     # -- one host ---------------------------------------------------------------------------------------
 
@@ -312,16 +343,21 @@ class Rollout:
         if ok:
             r.status = "updated"
         else:
-            r.failed_step, r.message = step, why
-            logger.info(f"{name}: {step} failed, rolling back: {why}")
-            rb_ok, rb_why = self._step("deploys/rollback.py", name,
-                                       {"rollback_point": json.dumps(r.point, separators=(",", ":"))})
-            back, seen = serving(name, data) if rb_ok else (False, "")
-            r.status = "rolled back" if back else "rollback failed"
-            if not back:
-                r.message += f" | rollback: {rb_why if not rb_ok else 'the host does not serve: ' + seen}"
+            self._rollback(r, data, step, why)
         if self.lb and r.status != "rollback failed":  # a host that does not serve stays out
             self._put_back(r, data)
+
+    def _rollback(self, r: HostResult, data: dict, step: str, why: str) -> None:
+        """Back to the recorded point; the host's status says whether it serves again."""
+        name = r.host
+        r.failed_step, r.message = step, why
+        logger.info(f"{name}: {step} failed, rolling back: {why}")
+        rb_ok, rb_why = self._step("deploys/rollback.py", name,
+                                   {"rollback_point": json.dumps(r.point, separators=(",", ":"))})
+        back, seen = serving(name, data) if rb_ok else (False, "")
+        r.status = "rolled back" if back else "rollback failed"
+        if not back:
+            r.message += f" | rollback: {rb_why if not rb_ok else 'the host does not serve: ' + seen}"
 
     def _step(self, deploy: str, name: str, data: dict[str, str] | None = None) -> tuple[bool, str]:
         """One pyinfra run; a run that cannot even start is a failed step, not the end of the host."""
@@ -359,6 +395,10 @@ class Rollout:
             logger.info(f"batch {i}/{len(batches)}{' (canary)' if i == 1 and self.opts.canary else ''}: {', '.join(batch)}")
             with ThreadPoolExecutor(max_workers=len(batch)) as pool:
                 list(pool.map(lambda h, b=i: self.roll(h, b), batch))
+            if i == 1 and self.opts.canary and self.opts.canary_weight is not None and i < len(batches):
+                stopped = self.traffic_canary(batch)
+                if stopped:
+                    break
             if self.failures() * 100 > self.opts.fail_percent * total:
                 if i < len(batches):
                     stopped = (f"{self.failures()} of {total} hosts failed (over fail_percent "
@@ -367,9 +407,92 @@ class Rollout:
         for r in self.results.values():
             if r.status == "pending":
                 r.status = "not started"
-        return {"inventory": self.opts.inventory, "deploy": self.opts.deploy,
-                "batch": self.opts.batch, "canary": self.opts.canary, "fail_percent": self.opts.fail_percent,
-                "stopped": stopped, "failures": self.failures(), "hosts": [asdict(self.results[n]) for n in self.order]}
+        report = {"inventory": self.opts.inventory, "deploy": self.opts.deploy,
+                  "batch": self.opts.batch, "canary": self.opts.canary, "fail_percent": self.opts.fail_percent,
+                  "stopped": stopped, "failures": self.failures(),
+                  "hosts": [asdict(self.results[n]) for n in self.order]}
+        if self.traffic is not None:
+            report["traffic_canary"] = self.traffic
+        return report
+
+    # -- the traffic canary -----------------------------------------------------------------------------
+
+    def traffic_canary(self, batch: list[str]) -> str | None:
+        """Weights, bake, gates (module docstring); why the rollout stops, None to go on."""
+        from tritonfleet.fleet import gates
+
+        o = self.opts
+        assert self.lb is not None and o.canary_weight is not None and o.prometheus
+        bake = o.bake or DEFAULT_BAKE
+        self.traffic = rec = {"weight": o.canary_weight, "bake": bake, "hosts": list(batch), "set": None,
+                              "verdict": None, "error": None}
+        if any(self.results[n].status != "updated" for n in batch):
+            rec["error"] = "a canary host failed: no traffic was sent to it"
+            return "canary hosts failed: no traffic canary, no further batches"
+        canary = [(n, self.hosts[n]) for n in batch]
+        try:
+            rec["set"] = self.lb.set_weights(canary, o.canary_weight)
+        except Exception as exc:
+            rec["error"] = f"weights: {_one_line(exc)}"
+            self._restore(rec, rejoin=True)
+            return f"traffic canary: weights not set: {_one_line(exc)}"
+        logger.info(f"traffic canary: {rec['set']}; baking {bake:g}s")
+        if logger.isEnabledFor(logging.DEBUG) and hasattr(self.lb, "view"):
+            try:
+                for v in self.lb.view():
+                    logger.debug("balancer %s %s: %s (%s) %s, weight %s, sessions %s", v.balancer, v.pool, v.server,
+                                 v.host or "?", v.state, v.weight, v.sessions)
+            except Exception as exc:  # noqa: BLE001 - only for the log
+                logger.debug("balancer view: %s", _one_line(exc))
+        started = self.clock()
+        while not self.stop_requested and self.clock() - started < bake:
+            self.sleep(min(5.0, bake - (self.clock() - started)))
+        if self.stop_requested:
+            rec["error"] = "interrupted during the bake"
+            self._restore(rec, rejoin=True)
+            return "interrupted"
+        rest = [n for n in self.order if n not in batch]
+        try:
+            verdict = gates.evaluate(o.prometheus, list(batch), rest, bake, max_error_ratio=o.max_error_ratio,
+                                     max_latency_ratio=o.max_latency_ratio)
+            rec["verdict"] = verdict.to_dict()
+            line = verdict.line()
+        except gates.GateError as exc:
+            verdict, line = None, f"gates not evaluated: {_one_line(exc)}"
+            rec["error"] = line
+        if verdict is not None and verdict.ok:
+            logger.info(f"canary gates {line}")
+            if not self._restore(rec, rejoin=True):
+                return f"traffic canary: weights not restored: {rec['error']}"
+            return None
+        logger.info(f"canary gates failed: {line}; rolling the canary back")
+        self._restore(rec, rejoin=False)
+        with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+            list(pool.map(lambda n: self._gate_rollback(n, line), batch))
+        return f"canary gate: {line}: no further batches"
+
+    def _restore(self, rec: dict, rejoin: bool) -> bool:
+        assert self.lb is not None
+        try:
+            self.lb.restore_weights(rejoin=rejoin)
+            return True
+        except Exception as exc:
+            rec["error"] = _join(rec["error"] or "", f"restore: {_one_line(exc)}")
+            logger.info(f"traffic canary: weights not restored: {_one_line(exc)}")
+            return False
+
+    def _gate_rollback(self, name: str, why: str) -> None:
+        r, data = self.results[name], self.hosts[name]
+        started = time.monotonic()
+        try:
+            self._rollback(r, data, "canary gate", why)
+            if r.status != "rollback failed":
+                self._put_back(r, data)
+        except Exception as exc:
+            r.status = "rollback failed" if r.status in NOT_FAILED else r.status
+            r.message = _join(r.message, f"{type(exc).__name__}: {exc}")
+        r.seconds = round(r.seconds + time.monotonic() - started, 1)
+        logger.info(f"{name}: {r.status} ({r.failed_step})")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -402,6 +525,13 @@ def print_summary(report: dict) -> None:
                       (h["message"] or "")[:120], style=style)
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
+    traffic = report.get("traffic_canary")
+    if traffic:
+        verdict = traffic.get("verdict") or {}
+        words = verdict.get("line") or traffic.get("error") or "not evaluated"
+        style = "green" if verdict.get("ok") and not traffic.get("error") else "red"
+        console.print(f"[{style}]traffic canary ({traffic['weight']}% for {traffic['bake']:g}s): {words}[/{style}]",
+                      markup=True, highlight=False)
     if report["stopped"]:
         console.print(f"[red]stopped: {report['stopped']}[/red]")
 
@@ -410,7 +540,14 @@ def main(opts: Options) -> int:
     """Run a rollout; 0 when every host was updated. Progress goes to this module's logger (INFO)."""
     from tritonfleet.access.inventory import load_inventory
 
+    validate(opts)
     hosts = load_inventory(opts.inventory)
+    balancers: list[tuple[str, dict]] = []
+    if opts.lb_kind == "haproxy":  # the lb group's hosts run HAProxy: they are not rolled out
+        from tritonfleet.fleet.haproxy import group_hosts
+
+        balancers = group_hosts(opts.inventory, hosts)
+        hosts = [(n, d) for n, d in hosts if n not in dict(balancers)]
     if opts.limit:
         unknown = sorted(set(opts.limit) - {n for n, _ in hosts})
         if unknown:
@@ -418,16 +555,10 @@ def main(opts: Options) -> int:
         hosts = [(n, d) for n, d in hosts if n in opts.limit]
     if not hosts:
         raise RolloutError(f"{opts.inventory}: no hosts")
-    lb = None
-    if opts.target_group:
-        from tritonfleet.fleet.lb import TargetGroup, TargetGroupError
-
-        try:
-            lb = TargetGroup(opts.target_group, opts.region, delay=opts.lb_delay,
-                             attempts=max(1, round(opts.lb_timeout / opts.lb_delay)))
-            lb.check(hosts)
-        except TargetGroupError as exc:
-            raise RolloutError(str(exc)) from None
+    if opts.canary_weight is not None and len(hosts) <= opts.canary:
+        raise RolloutError(f"--canary-weight: {len(hosts)} host(s), all of them canaries: a traffic canary needs other "
+                           "hosts to compare with")
+    lb = load_balancer(opts, hosts, balancers)
     with ReportsLock(opts.reports_dir):
         rollout = Rollout(opts, hosts, lb)
         previous = signal.signal(signal.SIGINT, lambda *_: _interrupt(rollout))
@@ -439,6 +570,68 @@ def main(opts: Options) -> int:
     print_summary(report)
     logger.info(f"report: {path}")
     return 0 if not report["failures"] and not report["stopped"] else 1
+
+
+def validate(opts: Options) -> None:
+    """Every option a load balancer and a traffic canary need, checked before anything changes (one line)."""
+    kind = opts.lb_kind
+    if kind is not None and kind not in LB_KINDS:
+        raise RolloutError(f"--lb {kind}: expected one of {', '.join(LB_KINDS)}")
+    if kind == "elbv2" and not opts.target_group:
+        raise RolloutError("--lb elbv2 needs --target-group (the target group the hosts serve in)")
+    if kind == "haproxy" and opts.target_group:
+        raise RolloutError("--target-group is for --lb elbv2 (--lb is haproxy)")
+    w = opts.canary_weight
+    if w is not None and not 0 <= w <= 100:
+        raise RolloutError(f"--canary-weight {w}: expected a percentage 0-100")
+    if opts.bake is not None and opts.bake <= 0:
+        raise RolloutError(f"--bake {opts.bake:g}: expected seconds above 0")
+    if (w is not None or opts.bake is not None) and not opts.prometheus:
+        what = "--canary-weight" if w is not None else "--bake"
+        raise RolloutError(f"{what} needs --prometheus: a traffic canary is judged by comparing its hosts' metrics "
+                           "with the others' (without one, roll out in batches without weights)")
+    if opts.bake is not None and w is None:
+        raise RolloutError("--bake needs --canary-weight (the share of the traffic the canary gets while it bakes)")
+    if not 0 <= opts.max_error_ratio <= 1:
+        raise RolloutError(f"--max-error-ratio {opts.max_error_ratio:g}: expected a ratio 0-1 (0.01: 1% of requests)")
+    if opts.max_latency_ratio <= 0:
+        raise RolloutError(f"--max-latency-ratio {opts.max_latency_ratio:g}: expected a factor above 0")
+    if w is None:
+        return
+    if kind is None:
+        raise RolloutError("--canary-weight needs a load balancer (--lb haproxy, or --lb elbv2 with --target-group)")
+    if opts.canary < 1:
+        raise RolloutError("--canary-weight needs canary hosts (--canary 1 or more)")
+    if kind == "elbv2":
+        if not opts.canary_target_group:
+            raise RolloutError("--canary-weight with --lb elbv2 needs --canary-target-group (the canary hosts' "
+                               "target group)")
+        if bool(opts.listener_arn) == bool(opts.rule_arn):
+            raise RolloutError("--canary-weight with --lb elbv2 needs one of --listener-arn or --rule-arn (whose "
+                               "forward action gets the weights)")
+
+
+def load_balancer(opts: Options, hosts: list[tuple[str, dict]], balancers: list[tuple[str, dict]]):
+    """The :class:`tritonfleet.fleet.lb.LoadBalancer` of the options, checked against the hosts; None without one."""
+    from tritonfleet.fleet.lb import LoadBalancerError, TargetGroup
+
+    lb: Any = None
+    try:
+        if opts.lb_kind == "elbv2":
+            assert opts.target_group
+            canary = ({"listener_arn": opts.listener_arn, "rule_arn": opts.rule_arn,
+                       "canary_arn": opts.canary_target_group} if opts.canary_target_group else {})
+            lb = TargetGroup(opts.target_group, opts.region, delay=opts.lb_delay,
+                             attempts=max(1, round(opts.lb_timeout / opts.lb_delay)), **canary)
+        elif opts.lb_kind == "haproxy":
+            from tritonfleet.fleet.haproxy import HAProxy
+
+            lb = HAProxy(balancers, timeout=opts.lb_timeout, interval=opts.lb_delay)
+        if lb is not None:
+            lb.check(hosts)
+    except LoadBalancerError as exc:
+        raise RolloutError(str(exc)) from None
+    return lb
 
 
 def _interrupt(rollout: Rollout) -> None:

@@ -8,7 +8,7 @@ Everything lives under one directory that the sandbox serves over HTTP (``http:/
 ``nvidia/stable/deb/amd64/`` flat repo like nvidia.github.io/libnvidia-container; key ``nvidia/gpgkey``;
                              ``nvidia/stable/deb/nvidia-container-toolkit.list`` as the real site has it
 ``debian/``                  dists layout ``bookworm main``: real Debian debs the base image lacks
-                             (``docker.io`` and dependencies) plus the NVIDIA driver stand-ins
+                             (``docker.io``, ``haproxy``, ``socat`` and dependencies) plus the NVIDIA driver stand-ins
 ``efa/``                     ``aws-efa-installer-latest.tar.gz`` + ``.sig`` + ``aws-efa-installer.key``
 ``keyrings/<name>.gpg``      binary public keys for ``signed-by=``
 ===========================  =======================================================================
@@ -48,9 +48,10 @@ from tritonfleet.sandbox.gpgkeys import (
 RECIPE_VERSION = "1"
 DEFAULT_BASE_URL = "http://192.168.250.1:8080"
 # python3-apt and python3-requests: what the Ansible comparison's modules need on hosts (apt;
-# community.docker talks to the Docker API through requests), bench/ansible/
+# community.docker talks to the Docker API through requests), bench/ansible/; haproxy and socat (its Runtime API's
+# client): the lb role
 DEBIAN_PACKAGES: tuple[str, ...] = ("docker.io", "amazon-ecr-credential-helper", "python3-apt", "python3-requests",
-                                   "prometheus-node-exporter")
+                                   "prometheus-node-exporter", "haproxy", "socat")
 STAMP_NAME = ".tritonfleet-stamp"
 
 KEY_UIDS = {

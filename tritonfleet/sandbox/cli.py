@@ -27,10 +27,12 @@ def sandbox() -> None:
 @click.option("--hosts", "n", type=int, default=0, help="Number of hosts (default: one per instance type).")
 @click.option("--instance-type", "types", multiple=True,
               help="Instance type for all hosts, or one per host (comma separated or repeated).")
-def up(n: int, types: tuple[str, ...]) -> None:
+@click.option("--lb/--no-lb", default=True, show_default=True,
+              help=f"Add the load balancer host {fleet.LB_NAME} ({fleet.LB_TYPE}, no accelerator; the lb group).")
+def up(n: int, types: tuple[str, ...], lb: bool) -> None:
     """Bring the sandbox fleet up (idempotent; stopped hosts start again with their disks)."""
     try:
-        specs = fleet.default_specs(n, _types(types))
+        specs = fleet.default_specs(n, _types(types), lb=lb)
         fleet.up(specs)
     except (fleet.SandboxError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)

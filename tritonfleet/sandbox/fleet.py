@@ -70,9 +70,9 @@ from tritonfleet.sandbox.layout import (
 from tritonfleet.sandbox.services import ensure_services
 
 __all__ = [  # what the CLI, the inventory and the e2e tests use
-    "HostSpec", "HostState", "SandboxError", "cleanup_all", "default_specs", "down", "find_cgroups", "get_host",
-    "hosts_from_state", "key_path", "known_hosts_path", "leftovers", "load_state", "reset_host", "s3_endpoint",
-    "ssh", "ssh_base_args", "status", "up",
+    "HostSpec", "HostState", "LB_NAME", "LB_TYPE", "SandboxError", "cleanup_all", "default_specs", "down",
+    "find_cgroups", "get_host", "hosts_from_state", "key_path", "known_hosts_path", "leftovers", "load_state",
+    "reset_host", "s3_endpoint", "ssh", "ssh_base_args", "status", "up",
 ]
 # Names of :mod:`.layout` that callers read from here (always the current value, patched or not).
 _LAYOUT_NAMES = {"BRIDGE", "BRIDGE_IP", "IMDS_PORT", "NETNS_PREFIX", "PROMETHEUS_PORT", "REPO_PORT", "S3_BUCKET", "S3_PORT",
@@ -183,14 +183,25 @@ def cleanup_all() -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def default_specs(n: int, types: Sequence[str]) -> list[HostSpec]:
+#: The load balancer ``sandbox up`` adds (``--no-lb``: none): a general-purpose instance type, no accelerator;
+#: ``inventories/sandbox.py`` puts it in the ``lb`` group (deploys/lb.py runs HAProxy on it).
+LB_NAME = "sbx-lb"
+LB_TYPE = "c6i.large"
+
+
+def default_specs(n: int, types: Sequence[str], *, lb: bool = False) -> list[HostSpec]:
+    """``n`` hosts of ``types`` (one type for all, or one per host; default inf2.xlarge); ``lb``: plus the load
+    balancer host :data:`LB_NAME`, unless a type given is already one without an accelerator."""
     if not types:
         types = ["inf2.xlarge"]
     if n and len(types) == 1:
         types = list(types) * n
     elif n and n != len(types):
         raise SandboxError(f"--hosts {n} does not match the {len(types)} instance types given ({', '.join(types)})")
-    return [HostSpec(instance_type=t) for t in types]
+    specs = [HostSpec(instance_type=t) for t in types]
+    if lb and all(catalog.get(t).has_accelerator for t in types):
+        specs.append(HostSpec(instance_type=LB_TYPE, name=LB_NAME))
+    return specs
 
 
 def _assign_names(specs: list[HostSpec]) -> list[HostSpec]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from tritonfleet import catalog
 from tritonfleet.sandbox import layout
 from tritonfleet.sandbox.dcgmimage import ARCHIVE_NAME as DCGM_ARCHIVE
 from tritonfleet.sandbox.dcgmimage import DEFAULT_TAG as DCGM_TAG
 
 
-def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
-    """``[(name, data), ...]`` for the running sandbox hosts (all, or ``names``)."""
+def sandbox_hosts(names: list[str] | None = None, *, accelerated: bool | None = None) -> list[tuple[str, dict]]:
+    """``[(name, data), ...]`` for the running sandbox hosts (all, or ``names``); ``accelerated`` True: only the
+    hosts whose instance type has an accelerator (the Triton hosts), False: only the others (load balancers)."""
     state = layout.load_state()
     hosts = layout.hosts_from_state(state)
     if not hosts:
@@ -64,6 +66,8 @@ def sandbox_hosts(names: list[str] | None = None) -> list[tuple[str, dict]]:
     out = []
     for h in hosts:
         if names and h.name not in names:
+            continue
+        if accelerated is not None and catalog.get(h.instance_type).has_accelerator != accelerated:
             continue
         out.append((h.name, {**common, "ssh_hostname": h.ip, "instance_type": h.instance_type}))
     return out
