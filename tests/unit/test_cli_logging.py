@@ -78,7 +78,7 @@ def test_the_rollouts_progress_lines_reach_stderr_as_they_were_without_v(monkeyp
     """What `tritonfleet rollout` prints while it runs (the lines its `out=` callback printed before)."""
     from tritonfleet.access import inventory
 
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: [("h1", {}), ("h2", {})])
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path: ([("h1", {}), ("h2", {})], {}))
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
     monkeypatch.setattr(ro.Runner, "run", lambda self, deploy, host, data=None:
                         (host == "h1" or deploy.endswith("rollback.py"), "serve on h2 failed"))

@@ -447,7 +447,7 @@ def main_with(monkeypatch, tmp_path, **options):
         asked.append(path)
         return [(f"h{i}", {}) for i in range(1, 4)]
 
-    monkeypatch.setattr(inventory, "load_inventory", load_inventory)
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=load_inventory: (_read(path), {}))
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
     monkeypatch.setattr(ro.Runner, "run", lambda self, deploy, host, data=None: (True, ""))
     monkeypatch.setattr(ro, "print_summary", lambda report: None)
@@ -476,7 +476,7 @@ def test_limit_naming_hosts_the_inventory_lacks_is_refused(monkeypatch, tmp_path
 def test_an_inventory_without_hosts_is_refused(monkeypatch, tmp_path):
     from tritonfleet.access import inventory
 
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: [])
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: []: (_read(path), {}))
     with pytest.raises(ro.RolloutError) as caught:
         ro.main(ro.Options(inventory="inv.py", reports_dir=str(tmp_path)))
     assert str(caught.value) == "inv.py: no hosts"
@@ -669,7 +669,7 @@ def test_ctrl_c_during_main_finishes_the_batch_and_starts_no_other(monkeypatch, 
             time.sleep(0.2)
         return True, ""
 
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: [("h1", {}), ("h2", {}), ("h3", {})])
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: [("h1", {}), ("h2", {}), ("h3", {})]: (_read(path), {}))
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
     monkeypatch.setattr(ro.Runner, "run", run)
     monkeypatch.setattr(ro, "print_summary", lambda report: None)
@@ -687,7 +687,7 @@ def test_ctrl_c_during_main_finishes_the_batch_and_starts_no_other(monkeypatch, 
 def test_a_failed_host_within_fail_percent_still_fails_main(monkeypatch, tmp_path):
     from tritonfleet.access import inventory
 
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: [("h1", {}), ("h2", {})])
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: [("h1", {}), ("h2", {})]: (_read(path), {}))
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
     monkeypatch.setattr(ro, "serving", lambda name, data: (True, ""))
     monkeypatch.setattr(ro.Runner, "run", lambda self, deploy, host, data=None:

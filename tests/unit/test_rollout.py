@@ -152,7 +152,7 @@ def test_the_exit_code_is_non_zero_and_the_report_names_the_host_out_of_the_load
     from tritonfleet.fleet import lb
 
     fake(monkeypatch, tmp_path, {}, fail_percent=0)
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: HOSTS[:3])
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: HOSTS[:3]: (_read(path), {}))
     unhealthy = FakeLB(unhealthy={"h1"})
 
     class Group(FakeLB):
@@ -229,7 +229,7 @@ def test_two_rollouts_against_one_reports_directory_refuse_to_run_at_once(monkey
     from tritonfleet.access import inventory
 
     fake(monkeypatch, tmp_path, {}, fail_percent=0)
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: HOSTS[:1])
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: HOSTS[:1]: (_read(path), {}))
     opts = ro.Options(inventory="inv.py", reports_dir=str(tmp_path))
     with ro.ReportsLock(str(tmp_path)):
         with pytest.raises(ro.RolloutError, match=rf"another rollout is running against {tmp_path}/ \(pid "

@@ -54,7 +54,7 @@ def opts(tmp_path, **kw):
 def test_bad_options_are_refused_in_one_line_before_the_inventory_is_read(tmp_path, monkeypatch, kw, said):
     from tritonfleet.access import inventory
 
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: pytest.fail("the inventory was read"))
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: pytest.fail("the inventory was read"): (_read(path), {}))
     with pytest.raises(ro.RolloutError) as info:
         ro.main(opts(tmp_path, **kw))
     assert str(info.value) == said
@@ -113,8 +113,8 @@ def test_haproxy_without_lb_hosts_is_refused_in_one_line(tmp_path):
 def test_a_traffic_canary_without_other_hosts_is_refused(tmp_path, monkeypatch):
     from tritonfleet.access import inventory
 
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: HOSTS[:1])
-    monkeypatch.setattr("tritonfleet.fleet.haproxy.group_hosts", lambda path, hosts: [])
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: HOSTS[:1]: (_read(path), {}))
+    monkeypatch.setattr("tritonfleet.fleet.haproxy.group_hosts", lambda members, hosts: [])
     with pytest.raises(ro.RolloutError) as info:
         ro.main(opts(tmp_path))
     assert str(info.value) == ("--canary-weight: 1 host(s), all of them canaries: a traffic canary needs other hosts "
@@ -218,8 +218,8 @@ def test_the_exit_code_and_the_printed_summary_name_the_breach(tmp_path, monkeyp
     from tritonfleet.fleet import haproxy
 
     canary_rollout(tmp_path, monkeypatch, verdict(False))
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: HOSTS)
-    monkeypatch.setattr(haproxy, "group_hosts", lambda path, hosts: [("lb1", {})])
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: HOSTS: (_read(path), {}))
+    monkeypatch.setattr(haproxy, "group_hosts", lambda members, hosts: [("lb1", {})])
     monkeypatch.setattr(haproxy, "HAProxy", lambda balancers, **kw: LB())
     monkeypatch.setattr(ro.time, "sleep", lambda s: None)
     assert ro.main(opts(tmp_path, bake=1)) == 1
@@ -306,7 +306,7 @@ def test_the_command_line_refuses_bad_canaries_in_one_line(tmp_path, monkeypatch
     from tritonfleet.access import inventory
     from tritonfleet.face.rollout import rollout as command
 
-    monkeypatch.setattr(inventory, "load_inventory", lambda path: pytest.fail("the inventory was read"))
+    monkeypatch.setattr(inventory, "load_inventory_groups", lambda path, _read=lambda path: pytest.fail("the inventory was read"): (_read(path), {}))
     deploy = tmp_path / "serve.py"
     deploy.write_text("")
     result = CliRunner().invoke(command, ["-i", "inv.py", "--deploy", str(deploy), *args])

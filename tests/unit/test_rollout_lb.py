@@ -104,7 +104,7 @@ def test_a_host_whose_target_never_turns_healthy_fails_the_rollout(prod, monkeyp
         self.client.meta.events.register("after-call", stop_after_register)
 
     monkeypatch.setattr(TargetGroup, "__init__", init)
-    monkeypatch.setattr("tritonfleet.access.inventory.load_inventory", lambda path: hosts)
+    monkeypatch.setattr("tritonfleet.access.inventory.load_inventory_groups", lambda path, _read=lambda path: hosts: (_read(path), {}))
     monkeypatch.setattr(ro.Runner, "run", lambda self, deploy, host, data=None: (True, ""))
     monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
     caplog.set_level(logging.INFO, logger=ro.logger.name)
@@ -127,3 +127,19 @@ def test_a_host_whose_target_never_turns_healthy_fails_the_rollout(prod, monkeyp
     assert "not healthy" in first["message"] and "Target.InvalidState" in first["message"]
     assert report["failures"] == 1 and report["stopped"]
     assert [h["status"] for h in report["hosts"][1:]] == ["not started", "not started"]
+
+
+def test_one_read_of_the_inventory_gives_the_hosts_and_the_lb_groups_members(tmp_path):
+    """The rollout asks a (dynamic) inventory once: hosts and group membership come from the same run."""
+    from tritonfleet.access.inventory import load_inventory_groups
+    from tritonfleet.fleet.haproxy import group_hosts
+
+    runs = tmp_path / "runs"
+    inv = tmp_path / "inv.py"
+    inv.write_text(f"open({str(runs)!r}, 'a').write('x')\n"
+                   "triton = [('h1', {'ssh_hostname': '10.0.0.1'}), 'h2']\n"
+                   "lb = (['lb1'], {'lb_frontend_http_port': 9000})\n")
+    hosts, members = load_inventory_groups(inv)
+    assert runs.read_text() == "x"
+    assert [n for n, _ in hosts] == ["h1", "h2", "lb1"] and members == {"triton": ["h1", "h2"], "lb": ["lb1"]}
+    assert group_hosts(members, hosts) == [("lb1", {"lb_frontend_http_port": 9000})]

@@ -28,6 +28,12 @@ def _group_data(path: Path, group: str) -> dict:
 def load_inventory(path: str | Path) -> list[tuple[str, dict]]:
     """``[(host, data)]`` from a pyinfra inventory file (every module-level list or ``(hosts, data)`` tuple
     is a group), with data merged as the module docstring says."""
+    return load_inventory_groups(path)[0]
+
+
+def load_inventory_groups(path: str | Path) -> tuple[list[tuple[str, dict]], dict[str, list[str]]]:
+    """:func:`load_inventory`'s hosts, and the hosts of each group, from one run of the inventory file (a
+    dynamic inventory is asked once)."""
     path = Path(path)
     groups: dict[str, tuple[list, dict]] = {}
     for name, value in runpy.run_path(str(path)).items():
@@ -57,4 +63,4 @@ def load_inventory(path: str | Path) -> list[tuple[str, dict]]:
             merged.update(_group_data(path, group))
             merged.update(groups.get(group, ([], {}))[1])
         out.append((hname, {**merged, **hdata}))
-    return out
+    return out, {group: [h for h in hosts if group in member_of[h]] for group in groups}

@@ -319,15 +319,8 @@ def _placed(name: str, data: dict) -> list[str]:
     return list(expected_servers(name, data))
 
 
-def group_hosts(inventory: str, hosts: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    """The hosts of the inventory's ``lb`` group, with their merged data from ``hosts`` (what
-    :func:`tritonfleet.access.inventory.load_inventory` returned). The inventory file runs a second time to read
-    the group (load_inventory keeps no group membership): a dynamic inventory is asked twice."""
-    import runpy
-
-    group = runpy.run_path(str(inventory)).get(GROUP)
-    if isinstance(group, tuple) and len(group) == 2 and isinstance(group[1], dict):
-        group = group[0]
-    names = [e if isinstance(e, str) else e[0] for e in (group or []) if isinstance(e, (str, list, tuple))]
+def group_hosts(members: dict[str, list[str]], hosts: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The hosts of the inventory's ``lb`` group (``members``: each group's hosts, from
+    :func:`tritonfleet.access.inventory.load_inventory_groups`), with their merged data from ``hosts``."""
     data = dict(hosts)
-    return [(n, data[n]) for n in names if n in data]
+    return [(n, data[n]) for n in members.get(GROUP, []) if n in data]

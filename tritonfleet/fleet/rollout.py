@@ -538,15 +538,15 @@ def print_summary(report: dict) -> None:
 
 def main(opts: Options) -> int:
     """Run a rollout; 0 when every host was updated. Progress goes to this module's logger (INFO)."""
-    from tritonfleet.access.inventory import load_inventory
+    from tritonfleet.access.inventory import load_inventory_groups
 
     validate(opts)
-    hosts = load_inventory(opts.inventory)
+    hosts, members = load_inventory_groups(opts.inventory)
     balancers: list[tuple[str, dict]] = []
     if opts.lb_kind == "haproxy":  # the lb group's hosts run HAProxy: they are not rolled out
         from tritonfleet.fleet.haproxy import group_hosts
 
-        balancers = group_hosts(opts.inventory, hosts)
+        balancers = group_hosts(members, hosts)
         hosts = [(n, d) for n, d in hosts if n not in dict(balancers)]
     if opts.limit:
         unknown = sorted(set(opts.limit) - {n for n, _ in hosts})
