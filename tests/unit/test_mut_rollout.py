@@ -1,7 +1,8 @@
-"""tritonfleet.fleet.rollout, the parts the rollout tests replace or never reach: the reports lock's file and
-message, whether a pid still runs (zombies included), the lines of a failed pyinfra run kept as its reason,
-the rollback point's reading, the wait for a host to serve again, a step that cannot start and an
-interrupted rollout. Written for the mutants ``make mutate`` found surviving (docs/mutation-survivors.md)."""
+"""tritonfleet.fleet.rollout and its runner (tritonfleet.fleet.runner), the parts the rollout tests replace or
+never reach: the reports lock's file and message, whether a pid still runs (zombies included), the lines of a
+failed pyinfra run kept as its reason, the rollback point's reading, the wait for a host to serve again, a step
+that cannot start and an interrupted rollout. Written for the mutants ``make mutate`` found surviving
+(docs/mutation-survivors.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 
 from tritonfleet.access import health
 from tritonfleet.fleet import rollout as ro
+from tritonfleet.fleet import runner as rn
 
 
 @pytest.fixture
@@ -95,7 +97,7 @@ def test_leaving_a_lock_that_was_never_taken_is_no_error(tmp_path):
 def test_a_running_process_is_alive_and_left_running():
     proc = subprocess.Popen(["sleep", "30"])
     try:
-        assert ro._alive(proc.pid)
+        assert rn._alive(proc.pid)
         with pytest.raises(subprocess.TimeoutExpired):  # only asked: not signalled
             proc.wait(timeout=0.5)
     finally:
@@ -120,7 +122,7 @@ def zombie(tmp_path, name: str) -> subprocess.Popen:
 def test_a_zombie_is_not_running(tmp_path, name):
     proc = zombie(tmp_path, name)
     try:
-        assert ro._alive(proc.pid) is False
+        assert rn._alive(proc.pid) is False
     finally:
         proc.wait()
 
@@ -129,16 +131,16 @@ def test_a_pid_of_another_user_counts_as_running(monkeypatch):
     def kill(pid, sig):
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(ro.os, "kill", kill)
-    assert ro._alive(12345) is True
+    monkeypatch.setattr(rn.os, "kill", kill)
+    assert rn._alive(12345) is True
 
 
 def test_a_pid_whose_proc_entry_cannot_be_read_is_not_running(monkeypatch):
     def unreadable(*args, **kwargs):
         raise FileNotFoundError(2, "No such file or directory")
 
-    monkeypatch.setattr(ro, "open", unreadable, raising=False)
-    assert ro._alive(os.getpid()) is False
+    monkeypatch.setattr(rn, "open", unreadable, raising=False)
+    assert rn._alive(os.getpid()) is False
 
 
 # -- why a pyinfra run failed ----------------------------------------------------------------------------------
@@ -147,15 +149,15 @@ def test_a_pid_whose_proc_entry_cannot_be_read_is_not_running(monkeypatch):
 def test_the_reason_is_the_last_four_error_lines_of_the_run():
     output = ("noise 1\n  ERROR disk full  \nnoise 2\nError: no route\nstep failed\nnoise 3\nQA failed on h1\n"
               "ERROR last\n\n")
-    assert ro._reason(output) == "Error: no route | step failed | QA failed on h1 | ERROR last"
+    assert rn._reason(output) == "Error: no route | step failed | QA failed on h1 | ERROR last"
 
 
 def test_a_run_without_error_lines_gives_its_last_four_lines():
-    assert ro._reason("a\n\nb\nc\nd\ne\n") == "b | c | d | e"
+    assert rn._reason("a\n\nb\nc\nd\ne\n") == "b | c | d | e"
 
 
 def test_the_reason_is_at_most_600_characters():
-    assert ro._reason("ERROR " + "x" * 1000) == ("ERROR " + "x" * 1000)[:600]
+    assert rn._reason("ERROR " + "x" * 1000) == ("ERROR " + "x" * 1000)[:600]
 
 
 def test_one_lines_and_joins():
@@ -753,9 +755,9 @@ def leftovers(monkeypatch, tmp_path, dies_after: int | None):
         looks.append(pid)
         return pid == 4242 and (dies_after is None or len(looks) <= dies_after)
 
-    monkeypatch.setattr(ro, "_alive", alive)
-    monkeypatch.setattr(ro.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(ro.time, "sleep", clock.sleep)
+    monkeypatch.setattr(rn, "_alive", alive)
+    monkeypatch.setattr(rn.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(rn.time, "sleep", clock.sleep)
     runner = ro.Runner(ro.Options(inventory="x", reports_dir=str(tmp_path)))
     runner.state_file.write_text(json.dumps({"4242": "h1"}))
     return runner, clock

@@ -12,6 +12,7 @@ import pytest
 from moto import mock_aws
 
 from tritonfleet.fleet import rollout as ro
+from tritonfleet.fleet import runner as rn
 from tritonfleet.fleet.lb import TargetGroup, TargetGroupError
 
 HOSTS = [(f"h{i}", {"qa_suites": "qa"}) for i in range(1, 7)]
@@ -244,7 +245,7 @@ def test_a_run_over_its_step_timeout_that_ignores_sigterm_is_killed_in_bounded_t
     stubborn = tmp_path / "pyinfra"
     stubborn.write_text("#!/bin/sh\ntrap '' TERM\necho started\nsleep 60\n")
     stubborn.chmod(0o755)
-    monkeypatch.setattr(ro, "TERM_GRACE", 1.0)
+    monkeypatch.setattr(rn, "TERM_GRACE", 1.0)
     runner = ro.Runner(ro.Options(inventory="x", reports_dir=str(tmp_path), step_timeout=1))
     runner.pyinfra = str(stubborn)
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""The rollout's load balancer choice and traffic canary (tritonfleet/fleet/rollout.py): options refused in one
+"""The rollout's load balancer choice and traffic canary (tritonfleet/fleet/canary.py): options refused in one
 line before anything changes, the lb group's hosts left out of the rollout and handed to HAProxy, and the canary
 batch's weights, bake and gates, with the pyinfra runs replaced by a table of outcomes, the gates by verdicts
 and the balancer by a recording stand-in (the HAProxy one in the last tests: the fake HAProxy of
