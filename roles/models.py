@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Iterable, Sequence
 
 from pydantic import Field, field_validator
 from pyinfra import host
@@ -94,6 +95,16 @@ def model_names(cfg: HostConfig) -> list[str]:
     return sorted(d for d in os.listdir(src) if os.path.isfile(os.path.join(src, d, "config.pbtxt")))
 
 
+def repository_models(cfg: HostConfig) -> list[str] | None:
+    """Every model directory of the repository, when the controller knows them without the network (a
+    ``models_source`` directory; a model needs no config.pbtxt when Triton completes it); None when it
+    does not (S3, or a repository managed elsewhere)."""
+    src = cfg.models.source
+    if not src or cfg.models.s3_uri or not os.path.isdir(src):
+        return None
+    return sorted(d for d in os.listdir(src) if not d.startswith(".") and os.path.isdir(os.path.join(src, d)))
+
+
 def sync_mode(cfg: HostConfig) -> bool:
     """Models come from S3 through the host agent."""
     return bool(cfg.models.s3_uri) and not cfg.models.s3_direct
@@ -132,8 +143,9 @@ ROLE = Role("models", Settings, "the model repository on the host (S3 sync, S3 d
 
 
 def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:
-    """The agent's command line: the source, the kept versions and the servers to reload (``verify``: the
-    ``verify`` command, which hashes every file of the current version first)."""
+    """The agent's command line: the source, the kept versions and the servers to reload, each with the
+    models it loads (``verify``: the ``verify`` command, which hashes every file of the current version
+    first)."""
     m, t = cfg.models, cfg.triton
     cmd = [hc.AGENT, "verify" if verify else "sync", "--source", m.s3_uri, "--dest", m.dir, "--concurrency", str(m.s3_concurrency),
            "--keep", str(m.s3_keep), "--timeout", str(t.health_timeout),
@@ -146,11 +158,19 @@ def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:
     if t.model_control_mode == "explicit":  # poll mode reloads by itself; none cannot reload
         for p in t.placements:
             cmd += ["--server", f"{p.name}={p.local_grpc_url}"]  # over HTTP a load holds up HTTP clients
+        cmd += server_models_args((p.name, p.models) for p in t.placements)  # each reloads its own models
         if repository_header(cfg):
             cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
     if cfg.imds_endpoint != DEFAULT_IMDS:  # credentials from the instance profile at another IMDS address
         cmd = ["/usr/bin/env", f"AWS_EC2_METADATA_SERVICE_ENDPOINT={cfg.imds_endpoint}", *cmd]
     return cmd
+
+
+def server_models_args(servers: Iterable[tuple[str, Sequence[str] | None]]) -> list[str]:
+    """The agent's ``--server-models NAME=MODEL,...`` (``NAME=`` for none) of each server that loads only
+    some models; a server without one (``None``: it loads every model in the repository) is left out."""
+    return [a for name, models in servers if models is not None
+            for a in ("--server-models", f"{name}={','.join(models)}")]
 
 
 VERIFY_UNIT = "tritonfleet-models-verify"

@@ -23,6 +23,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import files, python
 
+from roles import models as models_role
 from roles import operations as ops
 from roles.context import config_for
 from tritonfleet import hostcontract as hc
@@ -58,10 +59,50 @@ class Settings(RoleSettings):
     _dir = field_validator("textfile_dir")(matching(r"^/[\w./-]+$", "expected an absolute directory"))
 
 
+def suite_models(suites: str) -> dict[str, list[str]]:
+    """``{model: [suite file, ...]}`` of the suite files of the directory ``suites`` (as the runner finds
+    them: a ``model`` key, else the file name); a file that cannot be read is left to the runner to report."""
+    from tritonfleet.agent.qa.suites import SuiteError, discover, read_document
+
+    out: dict[str, list[str]] = {}
+    try:
+        found = discover([suites])
+    except SuiteError:
+        return out
+    for path, display in found:
+        try:
+            doc = read_document(path, display)
+        except SuiteError:
+            continue
+        model = doc.get("model") if isinstance(doc, dict) else None
+        out.setdefault(model if isinstance(model, str) else path.stem, []).append(path.name)
+    return out
+
+
+def _served_by_none(cfg: HostConfig) -> None:
+    """A suite for a model that no server of the host loads (known on the controller: the servers' lists,
+    or the repository of a ``models_source``) would have nothing to run against."""
+    placements = cfg.triton.placements
+    if not cfg.qa.suites or not placements:
+        return
+    known = models_role.repository_models(cfg)
+    if any(p.models is None for p in placements) and known is None:
+        return  # a server loads every model of a repository the controller does not know
+    served = {m for p in placements for m in (p.models if p.models is not None else known or [])}
+    for model, paths in sorted(suite_models(cfg.qa.suites).items()):
+        if model not in served:
+            loads = "; ".join(f"{p.name}: {', '.join(p.models if p.models is not None else known or []) or 'none'}"
+                              for p in placements)
+            raise FieldProblem("qa_suites", cfg.qa.suites, f"{', '.join(paths)}: model {model} is loaded by no "
+                               f"Triton server of this host ({loads}); give a server that model "
+                               "(triton_servers[].models) or remove the suite")
+
+
 def _checks(cfg: HostConfig) -> None:
     q = cfg.qa
     if q.suites is not None and not os.path.isdir(q.suites):
         raise FieldProblem("qa_suites", q.suites, "no such directory on the controller")
+    _served_by_none(cfg)
     if not q.reports_s3_uri:
         for key in ("reports_s3_endpoint", "reports_s3_region"):
             if getattr(q, key):
@@ -85,11 +126,14 @@ def run_stamp() -> str:
 
 
 def run_command(cfg: HostConfig, stamp: str | None) -> list[str]:
-    """The runner's command line against this host's servers (``stamp`` None: the runner picks one)."""
+    """The runner's command line against this host's servers, each with the models it loads (``stamp``
+    None: the runner picks one)."""
     cmd = [hc.AGENT, "qa", "run", "--suites", SUITES_DIR, "--protocol", cfg.qa.protocol, "--out", REPORTS_DIR]
     for p in cfg.triton.placements:
         address = f"[{p.local_address}]" if ":" in p.local_address else p.local_address
         cmd += ["--server", f"{p.name}=grpc://{address}:{p.grpc_port},http://{address}:{p.http_port}"]
+    # a suite runs on the servers that load its model
+    cmd += models_role.server_models_args((p.name, p.models) for p in cfg.triton.placements)
     if cfg.instance.is_neuron:  # suites needing more NeuronCores than the host has are skipped
         cmd += ["--neuron-cores", str(cfg.instance.core_count)]
     if stamp:

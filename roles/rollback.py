@@ -7,7 +7,9 @@ host fails a gate (``deploys/rollback.py`` with ``--data rollback_point='{...}'`
   swap and health gate as any change. The record holds the command with the secret redacted; the secret
   of the host data is put back.
 - Models (S3 sync): ``current`` is switched back to the recorded version, which the agent kept on disk,
-  and the running servers reload what differs.
+  and the running servers reload what differs, each only the models it loads: those of the spec it is
+  rolled back to (its ``--load-model`` flags, :attr:`~tritonfleet.hostcontract.ServerRecord.models`), else
+  those of the host data.
 """
 
 from __future__ import annotations
@@ -78,12 +80,15 @@ def rollback() -> None:
     t = cfg.triton
     docker = host.get_fact(DockerState, images=())
     urls = {p.name: p.local_url for p in t.placements}
+    models = {p.name: p.models for p in t.placements}  # what each server loads, after the rollback
     for name, spec in sorted(point.servers.items()):
         current = docker["containers"].get(name)
+        target = _target(docker["records"], name, spec)
+        if target is not None:
+            models[name] = target.models
         if current and current["spec"] == spec and current["running"]:
             host.noop(f"{name} runs the spec it ran before")
             continue
-        target = _target(docker["records"], name, spec)
         if target is None:
             ops.triton.refuse(name=f"Triton server {name} back to spec {spec}",
                               message=f"{name}: the host record holds no spec {spec} to roll back to")
@@ -99,6 +104,7 @@ def rollback() -> None:
                "--timeout", str(t.health_timeout)]
         if t.model_control_mode == "explicit":
             cmd += [a for p in t.placements for a in ("--server", f"{p.name}={p.local_grpc_url}")]
+            cmd += models_role.server_models_args((p.name, models[p.name]) for p in t.placements)
             if models_role.repository_header(cfg):
                 cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
         ops.models.switch_version(name=f"Model repository back to {point.models_version}", dest=cfg.models.dir,

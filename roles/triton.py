@@ -45,7 +45,7 @@ from tritonfleet.config import (
     image_reference,
     matching,
 )
-from tritonfleet.placement import IPAddress, Placement, PlacementError, ServerSpec, place
+from tritonfleet.placement import IPAddress, Placement, PlacementError, ServerSpec, check_model_names, place
 from tritonfleet.templating import render
 
 ECR_REGISTRY = re.compile(r"^(\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?)/")
@@ -70,12 +70,16 @@ class Settings(RoleSettings):
     neuron_frameworks: list[str] | None = Field(None, description=(
         "pip packages baked into the image, each pinned with ==; None = per family (compat.FRAMEWORK_PINS)."))
     neuron_pip_index: str = Field("https://pip.repos.neuron.amazonaws.com", description="Neuron pip index used by the image build.")
-    servers: list[ServerSpec] = Field([], description='Servers on this host (see README "Serving"); [] = one server with every device.')
+    servers: list[ServerSpec] = Field([], description=(
+        'Servers on this host, each with its devices, ports and models (see README "Serving"); [] = one server with '
+        "every device."))
     shm_size: str = Field("1g", description="--shm-size of each container.")
     bind_address: IPAddress = Field("0.0.0.0", description=(
         "Address the published ports bind to (0.0.0.0: every interface; keep them behind a security group "
         "that admits only your load balancer or clients)."))
-    models: list[str] = Field([], description="Models to load (explicit mode); [] = every model in the repository.")
+    models: list[str] = Field([], description=(
+        "Models to load (explicit mode) on every server without its own triton_servers[].models; [] = every model "
+        "in the repository."))
     model_control_mode: Literal["explicit", "none", "poll"] = Field("explicit", description="tritonserver --model-control-mode.")
     repository_header: str = Field(hc.REPOSITORY_HEADER, description=(
         "Header the model-repository API (load/unload/index) requires; lowercase (gRPC metadata keys are)."))
@@ -125,10 +129,7 @@ class Settings(RoleSettings):
     @field_validator("models")
     @classmethod
     def _models(cls, v: list[str]) -> list[str]:
-        for m in v:
-            if not re.match(r"^[A-Za-z0-9_.-]+$", m):
-                raise ValueError(f"model name {m!r} is not a valid Triton model directory name")
-        return v
+        return list(check_model_names(v))
 
     @field_validator("neuron_frameworks")
     @classmethod
@@ -161,7 +162,8 @@ class Settings(RoleSettings):
         # a general-purpose host (no accelerator, e.g. a load balancer of the lb group) has no Triton server
         if instance is not None and instance.has_accelerator:
             try:
-                self._placements = tuple(place(instance, self.servers, bind_address=self.bind_address))
+                self._placements = tuple(place(instance, self.servers, bind_address=self.bind_address,
+                                               models=self.models))
             except PlacementError as exc:
                 raise FieldProblem(exc.field, exc.value, exc.message) from None
         return self
@@ -192,12 +194,41 @@ def _checks(cfg: HostConfig) -> None:
                            "required: a per-fleet secret that guards Triton's model-repository API")
     if t.image_archive_src is not None and not os.path.isfile(t.image_archive_src):
         raise FieldProblem("triton_image_archive_src", t.image_archive_src, "no such file on the controller")
+    _model_checks(cfg)
     runtime = container_runtime_version(cfg)
     if cfg.instance.is_neuron and runtime:
         try:
             compat.check_driver_runtime(dkms_pin(cfg), runtime, neuron_arch=cfg.instance.neuron_arch)
         except compat.CompatibilityError as exc:
             raise FieldProblem("triton_neuron_runtime_version", runtime, str(exc)) from None
+
+
+def _model_checks(cfg: HostConfig) -> None:
+    """Each server's ``models`` (and the host's ``triton_models``): explicit model control only, not an empty
+    list on a host that has models, and, where the controller knows the repository, models it has."""
+    t: Settings = cfg.triton
+    names = [p.name for p in t.placements] or [f"triton-{i}" for i in range(len(t.servers))]
+    known = models_role.repository_models(cfg)
+    lists: list[tuple[str, str, list[str]]] = [("triton_models", "", list(t.models))]
+    for i, spec in enumerate(t.servers):
+        if spec.models is None:
+            continue
+        field, server = f"triton_servers[{i}].models", f"server {names[i] if i < len(names) else i}: "
+        if t.model_control_mode != "explicit":
+            raise FieldProblem(field, spec.models, f"{server}has no effect with triton_model_control_mode "
+                               f"'{t.model_control_mode}', where every server loads every model (use 'explicit')")
+        if not spec.models and (t.models or known is None or known):
+            raise FieldProblem(field, spec.models, f"{server}an empty list loads no model, and this host has "
+                               "models: remove the server or give it models")
+        lists.append((field, server, spec.models))
+    if known is None:
+        return
+    for field, server, models in lists:
+        missing = [m for m in models if m not in known]
+        if missing:
+            raise FieldProblem(field, models, f"{server}{'model' if len(missing) == 1 else 'models'} "
+                               f"{', '.join(missing)} not in the repository (models_source {cfg.models.source} "
+                               f"has {', '.join(known) or 'no model'})")
 
 
 ROLE = Role("triton", Settings, "Triton containers: image, compatibility gate, devices, limits, health gate",
@@ -244,8 +275,15 @@ def image_ref(cfg: HostConfig, key_file: str = f"{NEURON_REPO}-archive-keyring.g
 
 
 def model_names(cfg: HostConfig) -> list[str]:
-    """Models the health gate waits for: the configured list, else the repository's model directories."""
+    """Models the health gate of a server without its own ``models`` waits for: the host's list, else the
+    repository's model directories (:func:`server_models` is each server's)."""
     return list(cfg.triton.models) or models_role.model_names(cfg)
+
+
+def server_models(cfg: HostConfig, p: Placement) -> list[str]:
+    """Models the health gate of server ``p`` waits for: the ones it loads (its own ``models``, else the
+    host's), or, when it loads every model, the repository's model directories."""
+    return list(p.models) if p.models is not None else models_role.model_names(cfg)
 
 
 def run_args(cfg: HostConfig, p: Placement) -> list[str]:
@@ -288,7 +326,7 @@ def server_command(cfg: HostConfig, p: Placement) -> list[str]:
     cmd = ["tritonserver", f"--model-repository={models_role.container_repository(cfg)}",
            f"--model-control-mode={t.model_control_mode}"]
     if t.model_control_mode == "explicit":
-        cmd += [f"--load-model={m}" for m in (t.models or ["*"])]
+        cmd += [f"--load-model={m}" for m in (p.models if p.models is not None else ["*"])]
     if t.repository_secret and t.restricted_apis:
         restriction = f"{','.join(t.restricted_apis)}:{t.repository_header}={t.repository_secret}"
         cmd += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
@@ -344,7 +382,6 @@ def triton() -> None:
         ops.triton.neuron_compat_gate(name="Neuron runtime in the image vs host driver", image=image,
                                       runtime_from_data=container_runtime_version(cfg),
                                       neuron_arch=cfg.instance.neuron_arch)
-    models = model_names(cfg)
     placements = cfg.triton.placements
     ops.triton.prune(name="Remove Triton servers no longer placed here", keep=[p.name for p in placements])
     t: Settings = cfg.triton
@@ -361,6 +398,7 @@ def triton() -> None:
         ops.models.switch_staged(name="Model repository (switched in)", staging=hc.MODELS_STAGING,
                                  live=cfg.models.dir, previous=hc.MODELS_PREVIOUS)
     for p in host.loop(placements):
+        models = server_models(cfg, p)  # each server waits for its own models only
         # with S3 the agent (models role) loads what changed and switches back when a model fails
         if t.model_control_mode == "explicit" and not cfg.models.s3_uri:  # waits for the server first
             ops.triton.models(name=f"Triton server {p.name} models", container=p.name, url=p.local_url,

@@ -9,7 +9,9 @@ The server record ``/var/lib/tritonfleet/servers/<name>.json`` (mode 0600, secre
      "previous": {<the record of the spec this one replaced>} | null}
 
 ``previous`` changes only when a *different* spec replaces the current one; re-creating the same spec
-(after ``docker rm -f``) keeps the rollback target.
+(after ``docker rm -f``) keeps the rollback target. The models a server loads are part of its command
+(``--load-model=<model>`` each, ``--load-model=*`` for every model in the repository), so of its spec:
+:attr:`ServerRecord.models` reads them back, and a rollback to a spec returns the server to its models too.
 """
 
 from __future__ import annotations
@@ -89,6 +91,11 @@ class ServerRecord(BaseModel):
     command: list[str]
     previous: ServerRecord | None = None
 
+    @property
+    def models(self) -> list[str] | None:
+        """The models this spec loads (:func:`loaded_models` of its command)."""
+        return loaded_models(self.command)
+
     def to_json(self) -> str:
         return json.dumps(_dump(self), indent=2, sort_keys=True) + "\n"
 
@@ -109,6 +116,15 @@ class ServerRecord(BaseModel):
         if new.spec == self.spec:
             return new.model_copy(update={"previous": self.previous})
         return new.model_copy(update={"previous": self.model_copy(update={"previous": None})})
+
+
+def loaded_models(command: list[str]) -> list[str] | None:
+    """The models a tritonserver command line loads: its ``--load-model`` values in explicit model control;
+    None for every model in the repository (``--load-model=*``, or the poll and none modes)."""
+    if "--model-control-mode=explicit" not in command:
+        return None
+    models = [a.split("=", 1)[1] for a in command if a.startswith("--load-model=")]
+    return None if "*" in models else models
 
 
 def _dump(rec: ServerRecord) -> dict[str, Any]:

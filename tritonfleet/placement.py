@@ -3,7 +3,8 @@
 Host data ``triton_servers`` is a list of :class:`ServerSpec` (typed at the edge, by the triton role's
 settings); each may set ``name``, ``devices`` (Neuron device indices), ``cores`` (global NeuronCore ids, on
 the server's own devices), ``gpus`` (GPU hosts only), ``http_port``, ``grpc_port``, ``metrics_port`` and
-``bind_address``. A spec checks what one server can get wrong on its own; :func:`place` checks it against
+``bind_address``, and ``models`` (the models it loads, explicit model control; omitted: the host's
+``triton_models``). A spec checks what one server can get wrong on its own; :func:`place` checks it against
 an :class:`~tritonfleet.catalog.InstanceType` and the other servers, and resolves defaults into
 :class:`Placement` records.
 
@@ -17,6 +18,7 @@ container (``--device=/dev/neuron12 --device=/dev/neuron13 --env NEURON_RT_VISIB
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -25,7 +27,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, Valid
 
 from tritonfleet.catalog import InstanceType
 
-__all__ = ["Placement", "PlacementError", "ServerSpec", "IPAddress", "place", "format_core_range"]
+__all__ = ["Placement", "PlacementError", "ServerSpec", "IPAddress", "MODEL_NAME", "check_model_names", "place",
+           "format_core_range"]
 
 _PORT_KEYS = ("http_port", "grpc_port", "metrics_port")
 _FIELD = "triton_servers"
@@ -44,6 +47,17 @@ IPAddress = Annotated[str, Strict(), AfterValidator(_ip)]
 _Id = Annotated[int, Strict()]  # ranges are checked against the instance type by place()
 _Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
 
+#: A Triton model directory name (``triton_models``, ``triton_servers[].models``).
+MODEL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def check_model_names(names: Sequence[str]) -> Sequence[str]:
+    """``names`` when each is a valid Triton model directory name; ValueError naming the first that is not."""
+    for m in names:
+        if not MODEL_NAME.match(m):
+            raise ValueError(f"model name {m!r} is not a valid Triton model directory name")
+    return names
+
 
 class ServerSpec(BaseModel):
     """One ``triton_servers`` entry. Omitted fields take the defaults :func:`place` computes."""
@@ -59,6 +73,13 @@ class ServerSpec(BaseModel):
     grpc_port: _Port | None = None
     metrics_port: _Port | None = None
     bind_address: IPAddress | None = None
+    models: list[Annotated[str, Strict()]] | None = Field(None, description=(
+        "models this server loads (explicit model control); None: the host's triton_models"))
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, names: list[str] | None) -> list[str] | None:
+        return None if names is None else list(check_model_names(names))
 
     @field_validator("devices", "cores", "gpus")
     @classmethod
@@ -79,7 +100,8 @@ class Placement:
     ``visible_cores`` is the ``NEURON_RT_VISIBLE_CORES`` value and ``device_paths`` the ``--device`` nodes
     (Neuron hosts). ``gpus_flag`` is the ``docker run --gpus`` value, e.g. ``device=0,1`` (GPU hosts); on
     the docker CLI a multi-GPU value must be quoted as ``--gpus '"device=0,1"'`` because the CLI splits
-    the flag on commas.
+    the flag on commas. ``models`` are the models the server loads (explicit model control): its own
+    ``models``, else the host's; None: every model in the repository (``--load-model=*``).
     """
 
     index: int
@@ -94,6 +116,11 @@ class Placement:
     grpc_port: int
     metrics_port: int
     bind_address: str
+    models: tuple[str, ...] | None = None
+
+    def serves(self, model: str) -> bool:
+        """The server loads ``model`` (every model when ``models`` is None)."""
+        return self.models is None or model in self.models
 
     @property
     def local_address(self) -> str:
@@ -180,12 +207,14 @@ def place(
     base_ports: tuple[int, int, int] = (8000, 8001, 8002),
     port_stride: int = 10,
     bind_address: str = "0.0.0.0",
+    models: Sequence[str] | None = None,
 ) -> list[Placement]:
     """Check ``servers`` against ``itype`` and each other, and resolve every server's placement.
 
     ``None`` or ``[]`` means one server with every device/core (GPU hosts: every GPU). Servers without
     ``devices`` (``gpus`` on GPU hosts) split the devices nobody claimed evenly and contiguously, in order.
     ``cores`` defaults to all cores of the server's devices. Ports default to ``base + index * port_stride``.
+    ``models``: what a server without its own ``models`` loads (None or empty: every model in the repository).
     Raises :class:`PlacementError` naming the offending field.
     """
     entries: list[ServerSpec] = list(servers or []) or [ServerSpec()]
@@ -195,7 +224,8 @@ def place(
     allocated = _split_unclaimed(itype, explicit)
     core_sets = _core_sets(itype, entries, allocated)
     _check_cores_exclusive(core_sets)
-    return _placements(itype, entries, allocated, core_sets, base_ports, port_stride, bind_address)
+    return _placements(itype, entries, allocated, core_sets, base_ports, port_stride, bind_address,
+                       tuple(models) if models else None)
 
 
 def _unit(itype: InstanceType) -> tuple[str, str]:
@@ -316,8 +346,9 @@ def _check_cores_exclusive(core_sets: Sequence[list[int]]) -> None:
 
 def _placements(itype: InstanceType, entries: Sequence[ServerSpec], allocated: Sequence[list[int]],
                 core_sets: Sequence[list[int]], base_ports: tuple[int, int, int], port_stride: int,
-                bind_address: str) -> list[Placement]:
-    """Ports, names, addresses: each server's :class:`Placement`, its ports and container name unique."""
+                bind_address: str, models: tuple[str, ...] | None = None) -> list[Placement]:
+    """Ports, names, addresses, models: each server's :class:`Placement`, its ports and container name unique
+    (``models``: those of a server without its own)."""
     neuron = itype.is_neuron
     placements: list[Placement] = []
     used_ports: list[tuple[int, str, str]] = []  # (port, bind address, field)
@@ -341,7 +372,7 @@ def _placements(itype: InstanceType, entries: Sequence[ServerSpec], allocated: S
             device_paths=tuple(f"/dev/neuron{d}" for d in devices),
             gpus=gpus, gpus_flag=("device=" + ",".join(str(g) for g in gpus)) if gpus else None,
             http_port=ports["http_port"], grpc_port=ports["grpc_port"], metrics_port=ports["metrics_port"],
-            bind_address=address,
+            bind_address=address, models=tuple(server.models) if server.models is not None else models,
         ))
     return placements
 

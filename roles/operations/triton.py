@@ -197,7 +197,8 @@ def models(container: str, url: str, models_dir: str, previous: str, models: lis
            secret: str | None, timeout: int = 180):
     """
     Model gate of a running server in explicit model-control mode: load the models whose files changed
-    since the server loaded them (or that are not ready), unload models that left the repository, and
+    since the server loaded them (or that are not ready), unload models that left the repository or are
+    no longer among ``models`` (the server's own, ``triton_servers[].models``), and
     require every model to be READY, failing with Triton's own reason. The restricted-API header goes to
     the script on stdin, never on a command line.
 
@@ -205,7 +206,7 @@ def models(container: str, url: str, models_dir: str, previous: str, models: lis
     + url: the server's HTTP endpoint as seen on the host
     + models_dir: the host's model repository (mounted at /models)
     + previous: the repository as it was before the last switch (restores a model that fails)
-    + models: models that must be ready
+    + models: models that must be ready (the server's models)
     + header: the restricted-API header name
     + secret: its value
     + timeout: seconds to wait for the server itself to be ready (after a reboot, say)
@@ -231,8 +232,11 @@ def models(container: str, url: str, models_dir: str, previous: str, models: lis
         return
     stamps = hc.loaded_dir(container)
     q = shlex.quote
+    # every stamp is of a model still in the repository and, given models, one of them (the gate unloads the
+    # others, or drops their stamps)
+    mine = f"case \"$s\" in {'|'.join(q(m) for m in models)}) ;; *) exit 1 ;; esac; " if models else ""
     checks = [f"curl -fsS -m 2 -o /dev/null {q(url + '/v2/health/ready')}",
-              f"for s in $(ls {q(stamps)} 2>/dev/null); do [ -d {q(models_dir)}/\"$s\" ] || exit 1; done"]
+              f"for s in $(ls {q(stamps)} 2>/dev/null); do {mine}[ -d {q(models_dir)}/\"$s\" ] || exit 1; done"]
     for m in models:
         stamp, path = q(f"{stamps}/{m}"), q(f"{models_dir}/{m}")
         checks.append(f"[ -e {stamp} ] && [ -z \"$(find {path} -newer {stamp} -print 2>/dev/null | head -n 1)\" ] "

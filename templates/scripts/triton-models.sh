@@ -1,6 +1,7 @@
 #!/bin/sh
 # Model gate for a running server (explicit model control): load the models whose files changed since
-# they were loaded (or that are not ready), unload models whose directory left the repository, then
+# they were loaded (or that are not ready), unload models whose directory left the repository or that
+# are no longer among the server's MODELs, then
 # require every listed model to be READY, printing Triton's own reason for each that is not.
 # A model that fails to load is put back as it was before the last switch (PREVIOUS) and loaded again,
 # or, if it is new, taken out of the live repository, so a restart never meets the broken files.
@@ -54,14 +55,26 @@ for m in "$@"; do
     echo "ERROR: took the new model $m out of the live repository (a restart would fail on it)" >&2
   fi
 done
+listed() {  # listed MODEL: one of the models of this server (the MODEL arguments)
+  for l in "$@"; do [ "$l" = "$m" ] && return 0; done
+  return 1
+}
+start_s=$(date -d "$started" +%s)
 # models this gate loaded (a stamp each) whose directory left the repository: Triton's index no longer
-# lists them once their directory is gone, so the stamps are what says they are still loaded
+# lists them once their directory is gone, so the stamps are what says they are still loaded. With a list
+# of models, also those that are no longer this server's (triton_servers[].models): a container started
+# since its stamp loaded only its own list, so the stamp goes; otherwise the model is unloaded.
 for st in "$stamps"/*; do
   [ -e "$st" ] || continue
-  gone=${st##*/}
-  [ -d "$dir/$gone" ] && continue
-  echo "unloading $gone (no longer in the repository)" >&2
-  if [ "$(api "models/$gone/unload")" = 200 ]; then rm -f "$st"; else echo "ERROR: unload of $gone failed: $(cat "$tmp")" >&2; failed=1; fi
+  m=${st##*/}
+  why="no longer in the repository"
+  if [ -d "$dir/$m" ]; then
+    { [ $# -eq 0 ] || listed "$@"; } && continue
+    if [ "$(date -r "$st" +%s)" -lt "$start_s" ]; then rm -f "$st"; continue; fi
+    why="not one of this server's models"
+  fi
+  echo "unloading $m ($why)" >&2
+  if [ "$(api "models/$m/unload")" = 200 ]; then rm -f "$st"; else echo "ERROR: unload of $m failed: $(cat "$tmp")" >&2; failed=1; fi
 done
 code=$(api index)
 for m in "$@"; do

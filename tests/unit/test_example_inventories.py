@@ -17,7 +17,8 @@ FPR = "C" * 40
 @pytest.mark.parametrize("name", ["inf1", "inf2", "trn1", "gpu"])
 def test_example_inventory_hosts_validate(name, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # models_source is relative to where pyinfra runs
-    (tmp_path / "models").mkdir()
+    for model in ("bert_base", "resnet50"):  # the models the inventories load (preflight checks they are there)
+        (tmp_path / "models" / model).mkdir(parents=True)
     for var in ("NEURON_KEY_FINGERPRINT", "EFA_KEY_FINGERPRINT", "NVIDIA_KEY_FINGERPRINT"):
         monkeypatch.setenv(var, FPR)
     monkeypatch.setenv("TRITONFLEET_REPOSITORY_SECRET", "fleet-secret-0123456789")

@@ -111,7 +111,10 @@ def test_v_shows_why_docker_did_not_answer_its_exit_status_and_300_characters_of
 
 
 def test_a_host_whose_docker_does_not_answer_says_so_for_every_server_the_inventory_places(monkeypatch, said):
-    monkeypatch.setattr(health, "expected_servers", lambda name, data: {"left": 8010})
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(health, "placements", lambda name, data: {"left": SimpleNamespace(name="left", http_port=8010,
+                                                                                          models=None)})
     seen = _look(monkeypatch, _Remote((125, "", "")))
     (server,) = seen.servers
     assert (server.server, server.port, server.container, server.docker_error) == (

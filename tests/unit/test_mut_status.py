@@ -142,7 +142,7 @@ def test_a_row_without_a_container_says_why_and_where_clients_would_go():
     s = health.ServerHealth("h1", "left", "8010", None, "x" * 100, True, None)
     row = status.server_row({"ssh_hostname": "10.0.0.5"}, s)
     assert row == {"host": "h1", "server": "left", "image": "?", "devices": "?", "cores": "-",
-                   "state": f"docker not answering ({'x' * 60})", "uptime": "-", "ready_models": "-",
+                   "state": f"docker not answering ({'x' * 60})", "uptime": "-", "models": "?", "ready_models": "-",
                    "endpoint": "http://10.0.0.5:8010", "serving": True}
     row = status.server_row({}, health.ServerHealth("h1", "left", "8010", None, None, False, ["b", "a"]))
     assert row["state"] == "missing (expected left)" and row["endpoint"] == "http://h1:8010"
@@ -170,11 +170,19 @@ def test_devices_and_cores_come_from_the_container_or_its_labels():
     assert row["serving"] is True and row["ready_models"] == "-"
 
 
+def _placed(name: str, port: int, models: tuple[str, ...] | None = None):
+    """A placement as :func:`tritonfleet.access.health.placements` gives it (what read_host reads of it)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, http_port=port, models=models)
+
+
 def test_host_status_sends_the_repository_header_and_asks_the_default_port(monkeypatch):
     session = _Canned('@ready\n[{"name": "m", "state": "READY"}]', record=_record({"image": "i:0", "spec": "s0"}))
     connected = []
     monkeypatch.setattr(health, "connect", lambda name, data: connected.append(name) or session)
-    monkeypatch.setattr(health, "expected_servers", lambda name, data: {"left": 8010, "right": 8020})
+    monkeypatch.setattr(health, "placements", lambda name, data: {"left": _placed("left", 8010),
+                                                                  "right": _placed("right", 8020)})
     rows = status.host_status("h1", {"triton_repository_secret": "sec"}, previous=True)
     assert session.closed
     assert [(r["server"], r["endpoint"], r["previous"], r["state"]) for r in rows] == [
@@ -228,22 +236,23 @@ def test_fleet_status_gives_every_hosts_rows_and_the_exporters_column(monkeypatc
 
 def test_the_printed_table_has_a_column_per_field_and_error_rows_in_red(capsys):
     row = {"host": "h1", "server": "t", "image": "i:1", "devices": "neuron0", "cores": "0-1", "state": "running",
-           "uptime": "1h00m", "ready_models": "m", "endpoint": "http://a:8000", "previous": "i:0 (spec s)",
+           "uptime": "1h00m", "models": "m, n (not ready: n)", "ready_models": "m", "endpoint": "http://a:8000",
+           "previous": "i:0 (spec s)",
            "exporters": "node up"}
     status.print_status([row, {"host": "h2", "error": "ssh: timed out"}], previous=True)
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
     assert lines[0].strip() == "tritonfleet status"
     head = [c.strip() for c in lines[2].strip("┃").split("┃")]
-    assert head == ["host", "server", "image", "devices", "cores", "state", "uptime", "ready models", "endpoint",
-                    "previous", "exporters"]
+    assert head == ["host", "server", "image", "devices", "cores", "state", "uptime", "models", "ready models",
+                    "endpoint", "previous", "exporters"]
     cells = [c.strip() for c in lines[4].strip("│").split("│")]
-    assert cells == ["h1", "t", "i:1", "neuron0", "0-1", "running", "1h00m", "m", "http://a:8000", "i:0 (spec s)",
-                     "node up"]
+    assert cells == ["h1", "t", "i:1", "neuron0", "0-1", "running", "1h00m", "m, n (not ready: n)", "m",
+                     "http://a:8000", "i:0 (spec s)", "node up"]
     cells = [c.strip() for c in lines[5].strip("│").split("│")]
-    assert cells == ["h2", "ssh: timed out"] + [""] * 9
+    assert cells == ["h2", "ssh: timed out"] + [""] * 10
     status.print_status([{k: v for k, v in row.items() if k not in ("previous", "exporters")}])
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
-    assert [c.strip() for c in lines[2].strip("┃").split("┃")] == head[:9]
+    assert [c.strip() for c in lines[2].strip("┃").split("┃")] == head[:10]
     assert len(lines[0]) < 200 and len(lines[2]) < 200  # not wider than its cells (no terminal: 200 at most)
     status.print_status([])
     assert "tritonfleet status" in capsys.readouterr().out
@@ -268,7 +277,7 @@ def test_containers_are_keyed_by_their_server_label_and_asked_where_they_listen(
 
 def _wide_row() -> dict:
     return {"host": "h1", "server": "t", "image": "i" * 150, "devices": "d", "cores": "c", "state": "s" * 150,
-            "uptime": "u", "ready_models": "m", "endpoint": "e"}
+            "uptime": "u", "models": "m", "ready_models": "m", "endpoint": "e"}
 
 
 def test_the_table_fits_a_terminal_and_is_200_columns_at_most_elsewhere(monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """What a host serves, read over one SSH session: the Triton containers its Docker engine has (``docker
 inspect``, :mod:`tritonfleet.access.dockerinspect`), whether each server is ready and which models are READY
-(Triton itself, asked on the host with the restricted-API header), and what a rollback would return to (the
+(Triton itself, asked on the host with the restricted-API header), which models each server loads (the
+inventory's ``triton_servers[].models``, else ``triton_models``), and what a rollback would return to (the
 host record's ``previous``).
 
 :func:`read_host` is the one reader: ``tritonfleet status`` renders it (:mod:`tritonfleet.face.status`) and
@@ -20,6 +21,7 @@ from typing import Any
 from tritonfleet import hostcontract as hc
 from tritonfleet.access import dockerinspect
 from tritonfleet.access.ssh import HostUnreachable, Session, connect
+from tritonfleet.placement import Placement
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,11 @@ class ServerHealth:
     models: list[str] | None
     #: the record of the spec a rollback would return to; only read when asked (:func:`read_host`)
     previous: hc.ServerRecord | None = None
+    #: the inventory places this server on the host (then ``loads`` says which models it loads)
+    placed: bool = False
+    #: the models the inventory gives it (``triton_servers[].models``, else ``triton_models``); None: every
+    #: model of the repository (or, not ``placed``, unknown)
+    loads: tuple[str, ...] | None = None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -72,6 +79,14 @@ class ServerHealth:
         if self.docker_error:
             return f"docker not answering ({self.docker_error[:60]})"
         return f"missing (expected {self.server})"
+
+    @property
+    def not_ready(self) -> list[str]:
+        """The models it loads that are not READY (none when the index could not be read, or it loads every
+        model: then the index is the list)."""
+        if self.loads is None or self.models is None:
+            return []
+        return [m for m in self.loads if m not in self.models]
 
     @property
     def ready(self) -> str:
@@ -113,7 +128,8 @@ class HostHealth:
 def read_host(name: str, data: dict, *, previous: bool = False) -> HostHealth:
     """Connect to the host and read every Triton server on it: the ones Docker has and the ones the inventory
     places there. ``previous``: also read each server's rollback target from its host record."""
-    expected = expected_servers(name, data)
+    placed = placements(name, data)
+    expected = {p.name: p.http_port for p in placed.values()}
     started = time.monotonic()
     try:
         session = connect(name, data)
@@ -135,8 +151,10 @@ def read_host(name: str, data: dict, *, previous: bool = False) -> HostHealth:
             ready, models = ask_triton(session, addr, port, header)
             logger.debug("%s: %s at %s:%s: %s, models %s", name, server, addr, port,
                          "ready" if ready else "not ready", models)
+            p = placed.get(server)
             servers.append(ServerHealth(name, server, port, c, docker_error, ready, models,
-                                        previous_record(session, server) if previous else None))
+                                        previous_record(session, server) if previous else None,
+                                        placed=p is not None, loads=p.models if p is not None else None))
         health = HostHealth(name, servers, docker_error=docker_error)
         logger.debug("%s: %s in %.1fs", name, "serving" if health.serving else health.seen(),
                      time.monotonic() - started)
@@ -194,6 +212,11 @@ def previous_record(session: Session, server: str) -> hc.ServerRecord | None:
 
 def expected_servers(name: str, data: dict) -> dict[str, int]:
     """Servers the inventory places on the host: name -> HTTP port (empty when the data does not say)."""
+    return {p.name: p.http_port for p in placements(name, data).values()}
+
+
+def placements(name: str, data: dict) -> dict[str, Placement]:
+    """The servers the inventory places on the host by name: ports, models (empty when the data does not say)."""
     from roles import all_roles
     from tritonfleet.config import ConfigError, load_host_config
 
@@ -203,4 +226,4 @@ def expected_servers(name: str, data: dict) -> dict[str, int]:
         cfg = load_host_config(name, data, all_roles())
     except ConfigError:
         return {}
-    return {p.name: p.http_port for p in cfg.triton.placements}
+    return {p.name: p for p in cfg.triton.placements}

@@ -78,6 +78,38 @@ def _server(text: str) -> tuple[str, str]:
     return name, url.rstrip("/")
 
 
+_MODEL = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _server_models(text: str) -> tuple[str, frozenset[str]]:
+    """``NAME=MODEL[,MODEL...]``: the models server NAME loads (``NAME=``: none)."""
+    name, sep, rest = text.partition("=")
+    models = rest.split(",") if rest else []
+    if not sep or not _MODEL.match(name) or not all(_MODEL.match(m) for m in models):
+        raise argparse.ArgumentTypeError(f"expected NAME=MODEL[,MODEL...] (model directory names), got {text!r}")
+    return name, frozenset(models)
+
+
+def _add_server_models(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server-models", action="append", default=[], type=_server_models,
+                   metavar="NAME=MODEL[,MODEL...]",
+                   help="the models server NAME loads (only those are loaded, unloaded and checked on it); "
+                        "default: every model of the repository; repeatable")
+
+
+def server_models(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, frozenset[str]]:
+    """``--server-models`` by server name; each names a ``--server``, once."""
+    servers = [s[0] for s in args.server]
+    out: dict[str, frozenset[str]] = {}
+    for name, models in args.server_models:
+        if name not in servers:
+            parser.error(f"--server-models {name}: no --server {name}")
+        if name in out:
+            parser.error(f"--server-models {name} given twice")
+        out[name] = models
+    return out
+
+
 _QA_SCHEMES = {"grpc": "grpc", "grpcs": "grpc", "http": "http", "https": "http"}
 
 
@@ -130,6 +162,7 @@ def _qa_arguments(p: argparse.ArgumentParser, run: bool) -> None:
     p.add_argument("--selftest", action="store_true", help="also the built-in Neuron self-test (add_sub, 8 configs)")
     p.add_argument("--server", action="append", default=[], type=_qa_server, metavar="NAME=URL[,URL]",
                    required=run, help="a Triton server: grpc://HOST:PORT and/or http://HOST:PORT; repeatable")
+    _add_server_models(p)
     p.add_argument("--protocol", choices=("grpc", "http"),
                    help="for cases that do not choose one (default: grpc when the server has a gRPC URL)")
     p.add_argument("--neuron-cores", type=_whole(0, 1024), metavar="N",
@@ -188,6 +221,7 @@ def _sync_arguments(sync: argparse.ArgumentParser) -> None:
     sync.add_argument("--server", action="append", default=[], type=_server, metavar="NAME=URL",
                       help="a Triton server (explicit model control) to reload after the switch: grpc://HOST:PORT "
                       "(over HTTP a load holds up the server's other HTTP clients); repeatable")
+    _add_server_models(sync)
     sync.add_argument("--header-file", metavar="FILE",
                       help="the restricted-API header for the servers, one line 'name: value' (mode 0600)")
     sync.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
@@ -228,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     switch.add_argument("--server", action="append", default=[], type=_server, metavar="NAME=URL",
                         help="a Triton server (explicit model control) to reload: grpc://HOST:PORT (or http://); "
                         "repeatable")
+    _add_server_models(switch)
     switch.add_argument("--header-file", metavar="FILE", help="the restricted-API header, 'name: value' (0600)")
     switch.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
                         help="seconds to wait for a server to be ready, and for each model load (default 180)")
@@ -331,13 +366,14 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                    read_timeout=args.read_timeout, deadline=args.deadline, lock_wait=args.lock_wait,
                    hard_stop=True, verify=args.verify)
     live = None
+    models = server_models(args, parser)
     if args.server:
         from .live import Live, Server, read_header
         from .manifest import SyncError
 
         try:
             header = read_header(args.header_file) if args.header_file else None
-            live = Live([Server(n, u) for n, u in args.server], header, args.timeout)
+            live = Live([Server(n, u, models.get(n)) for n, u in args.server], header, args.timeout)
         except SyncError as exc:  # the header file, or no gRPC client for a grpc:// server
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 1
@@ -366,6 +402,7 @@ def _qa(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     names = [name for name, _ in args.server]
     if len(set(names)) != len(names):
         parser.error(f"--server {next(n for n in names if names.count(n) > 1)} given twice")
+    models = server_models(args, parser)
     for name, urls in args.server:
         if args.protocol and args.protocol not in urls:
             parser.error(f"--protocol {args.protocol}: server {name} has no {args.protocol} URL")
@@ -389,7 +426,8 @@ def _qa(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
               file=sys.stderr)
         return 1
     opts = command.Options(suites=args.suites, selftest=args.selftest,
-                           servers=[command.Server(n, u) for n, u in args.server], protocol=args.protocol,
+                           servers=[command.Server(n, u, models.get(n)) for n, u in args.server],
+                           protocol=args.protocol,
                            out=Path(out) if out is not None else None, stamp=getattr(args, "stamp", None) or "",
                            neuron_cores=args.neuron_cores, timeout=args.timeout, wait=args.wait, headers=headers)
     try:
@@ -414,9 +452,11 @@ def _switch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .live import Live, Server, read_header, switch_to
     from .manifest import SyncError
 
+    models = server_models(args, parser)
     try:
         header = read_header(args.header_file) if args.header_file else None
-        live = Live([Server(n, u) for n, u in args.server], header, args.timeout) if args.server else None
+        live = Live([Server(n, u, models.get(n)) for n, u in args.server], header, args.timeout) \
+            if args.server else None
         before, outcome = switch_to(args.dest, args.to, live)
     except (SyncError, OSError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -7,7 +7,9 @@ A sync given servers (``--server NAME=URL``, explicit model-control mode) does, 
    Then ``DIR/.reload-pending.json`` records the version the servers serve (``served``).
 2. After the switch: each server loads the models added or changed between ``served`` and ``current``
    (Triton's repository API: ``RepositoryModelLoad``); models that left the repository are unloaded.
-   Unchanged models are not touched. Then the pending record is removed.
+   Unchanged models are not touched. Then the pending record is removed. A server given its models
+   (``--server-models NAME=MODEL,...``: the ones it loads, ``triton_servers[].models``) loads, unloads and
+   rolls back only those; one without them serves every model of the repository.
 3. A model that fails to load: Triton keeps serving the version it had, and ``current`` is switched back to
    ``served``; the models that had loaded the new version on any server are loaded again from ``served``
    (added ones unloaded), so every server serves ``served`` and the disk says so. The sync fails with
@@ -59,6 +61,10 @@ GRPC_PREFIX = "triton-grpc-protocol-"  # Triton's prefix for the restricted-prot
 class Server:
     name: str
     url: str  # http://127.0.0.1:8000
+    models: frozenset[str] | None = None  # the models it loads; None: every model in the repository
+
+    def serves(self, model: str) -> bool:
+        return self.models is None or model in self.models
 
 
 @dataclass
@@ -286,24 +292,28 @@ class Live:
                             + f"; switched back to {served}, which the servers keep serving")
         out.loaded = sorted(loaded)
         for model in changes["removed"]:
-            for _c, reason in self._everywhere("unload", model):
+            results = self._everywhere("unload", model)
+            for _c, reason in results:
                 if reason is not None:
                     out.failed[model] = f"unload: {reason}"
-            out.unloaded.append(model)
+            if results:
+                out.unloaded.append(model)
         _remove(os.path.join(repo.root, PENDING))
         if out.failed:
             raise SyncError("; ".join(f"model {m}: {r}" for m, r in sorted(out.failed.items())))
 
     def _everywhere(self, action: str, model: str) -> list[tuple[Triton, str | None]]:
-        """``client.<action>(model)`` ("load" or "unload") on every running server at once (a thread each), in the servers' order: a
-        model arrives on all the host's servers together (a client spread over them sees it everywhere
-        within the spread of one load, not one load per server later), and a kill of the agent once the
-        requests are out leaves no server behind (Triton finishes a load whose caller died)."""
-        if len(self.running) == 1:
-            return [(self.running[0], getattr(self.running[0], action)(model))]
-        with ThreadPoolExecutor(max_workers=len(self.running), thread_name_prefix="tf-reload") as pool:
-            reasons = list(pool.map(lambda c: getattr(c, action)(model), self.running))
-        return list(zip(self.running, reasons))  # noqa: B905 - the agent runs on Python 3.9 (no strict=)
+        """``client.<action>(model)`` ("load" or "unload") on every running server that serves ``model``, at
+        once (a thread each), in the servers' order: a model arrives on all the host's servers together (a
+        client spread over them sees it everywhere within the spread of one load, not one load per server
+        later), and a kill of the agent once the requests are out leaves no server behind (Triton finishes a
+        load whose caller died). A server that does not serve ``model`` is not asked."""
+        servers = [c for c in self.running if c.server.serves(model)]
+        if len(servers) <= 1:
+            return [(c, getattr(c, action)(model)) for c in servers]
+        with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="tf-reload") as pool:
+            reasons = list(pool.map(lambda c: getattr(c, action)(model), servers))
+        return list(zip(servers, reasons))  # noqa: B905 - the agent runs on Python 3.9 (no strict=)
 
     def _roll_back(self, repo: Repo, served: str, changes: dict[str, list[str]], loaded: set[str]) -> None:
         _fresh(repo, served, sorted(loaded | set(changes["changed"])))

@@ -108,6 +108,7 @@ def _register() -> None:
     # `tritonfleet --help` complete while each module stays importable on its own.
     from tritonfleet.face.fleet import fleet
     from tritonfleet.face.monitoring import monitoring
+    from tritonfleet.face.plan import plan
     from tritonfleet.face.qa import qa
     from tritonfleet.face.rollout import rollout
     from tritonfleet.genmodel.cli import gen_model
@@ -119,6 +120,7 @@ def _register() -> None:
     main.add_command(rollout)
     main.add_command(fleet)
     main.add_command(monitoring)
+    main.add_command(plan)
 
 
 _register()

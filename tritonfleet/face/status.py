@@ -1,5 +1,5 @@
-"""``tritonfleet status``: a row per host and Triton server (image, devices, cores, state, uptime, ready
-models, endpoint), rendered from what :func:`tritonfleet.access.health.read_host` reads of each host (its
+"""``tritonfleet status``: a row per host and Triton server (image, devices, cores, state, uptime, the
+models it loads, ready models, endpoint), rendered from what :func:`tritonfleet.access.health.read_host` reads of each host (its
 Docker engine, ``docker inspect`` over SSH, and Triton itself), plus what a rollback would return to (the host
 record's ``previous``). This module only turns that into rows and a table."""
 
@@ -19,7 +19,7 @@ from tritonfleet.access.ssh import HostUnreachable
 
 logger = logging.getLogger(__name__)
 
-COLUMNS = ["host", "server", "image", "devices", "cores", "state", "uptime", "ready_models", "endpoint"]
+COLUMNS = ["host", "server", "image", "devices", "cores", "state", "uptime", "models", "ready_models", "endpoint"]
 
 
 def _uptime(started: str, running: bool) -> str:
@@ -41,8 +41,24 @@ def _endpoint(data: dict, labels: dict) -> str:
     return f"http://{addr}:{port}" if port else "-"
 
 
+def _models(s: ServerHealth) -> str:
+    """The models the inventory gives the server: their names (with those not READY), ``all`` (every model
+    of the repository), ``none``, or ``?`` (a server the inventory does not place here)."""
+    if not s.placed:
+        return "?"
+    if s.loads is None:
+        return "all"
+    text = ", ".join(s.loads) or "none"
+    return text + (f" (not ready: {', '.join(s.not_ready)})" if s.not_ready else "")
+
+
 def _previous(record: hc.ServerRecord | None) -> str:
-    return "-" if record is None else f"{record.image} (spec {record.spec})"
+    """What a rollback returns to: the image and spec and, when that spec loads a list, its models."""
+    if record is None:
+        return "-"
+    models = record.models
+    loads = "" if models is None else f", models {', '.join(models) or 'none'}"
+    return f"{record.image} (spec {record.spec}{loads})"
 
 
 def server_row(data: dict, s: ServerHealth) -> dict[str, Any]:
@@ -54,6 +70,7 @@ def server_row(data: dict, s: ServerHealth) -> dict[str, Any]:
                     or "-") if c else "?",
         "cores": labels.get(hc.LABEL_CORES) or "-", "state": s.state,
         "uptime": _uptime(c["started_at"], c["running"]) if c else "-",
+        "models": _models(s),
         "ready_models": s.ready,
         "endpoint": _endpoint(data, labels) if labels else f"http://{data.get('ssh_hostname', s.host)}:{s.port}",
         "serving": s.serving,
@@ -99,7 +116,7 @@ def balancer_rows(name: str, data: dict, **haproxy: Any) -> list[dict[str, Any]]
         return [{"host": name, "error": "load balancer: HAProxy has no triton backends (run deploys/lb.py)",
                  "serving": False}]
     return [{"host": name, "server": f"{v.pool}/{v.server}", "image": "haproxy", "devices": "-", "cores": "-",
-             "state": f"{v.state} (weight {v.weight}, {v.sessions} sessions)", "uptime": "-",
+             "state": f"{v.state} (weight {v.weight}, {v.sessions} sessions)", "uptime": "-", "models": "-",
              "ready_models": [], "endpoint": v.said or "-", "serving": True} for v in views]
 
 

@@ -1,7 +1,8 @@
 """What ``tritonfleet-agent qa run`` and ``qa check`` do (the CLI parses, this runs).
 
 ``run``: load every suite (and the built-in self-test with ``--selftest``); wait for each server to be
-ready; fetch each suite's model metadata from each server and check every case against it; only then
+ready; fetch each suite's model metadata from each server that serves the model (``--server-models``; a
+server without it serves every model) and check every case against it; only then
 send inference, server by server, suite by suite, case by case, level by level; write the report.
 Exit 0: every check passed (or was skipped); 1: a check failed or hit an error (unreachable server,
 model not ready, failed request); 2: a bad suite or argument, found before any inference (one line
@@ -38,6 +39,10 @@ class Server:
 
     name: str
     urls: dict[str, str]  # grpc|http -> grpc://host:port | http://host:port
+    models: frozenset[str] | None = None  # the models it loads; None: every model
+
+    def serves(self, model: str) -> bool:
+        return self.models is None or model in self.models
 
     @overload
     def protocol(self, wanted: None) -> str: ...
@@ -109,8 +114,23 @@ class Job:
     error: str | None = None  # unreachable server, model not ready
 
 
+def unserved(suites: list[LoadedSuite], servers: list[Server], host: str) -> list[str]:
+    """One line per model of ``suites`` that none of ``servers`` loads (their ``--server-models``)."""
+    lines = []
+    for model in dict.fromkeys(ls.model for ls in suites):
+        if servers and not any(s.serves(model) for s in servers):
+            loads = "; ".join(f"{s.name}: {', '.join(sorted(s.models or ())) or 'none'}" for s in servers)
+            shown = ", ".join(ls.display for ls in suites if ls.model == model)
+            lines.append(f"{shown}: model {model}: no server on {host} loads it ({loads})")
+    return lines
+
+
 def plan(suites: list[LoadedSuite], opts: Options, connect: Callable[[Endpoint], Conn]) -> list[Job]:
-    """Check every suite against every server's metadata; BadRun if a suite does not fit its model."""
+    """Check every suite against the metadata of each server that serves its model; BadRun if a suite does
+    not fit its model, or if no server serves it."""
+    missing = unserved(suites, opts.servers, socket.gethostname())
+    if missing:
+        raise BadRun(missing)
     jobs: list[Job] = []
     errors: list[str] = []
     for server in opts.servers:
@@ -126,6 +146,8 @@ def plan(suites: list[LoadedSuite], opts: Options, connect: Callable[[Endpoint],
             down = str(exc)
         try:
             for ls in suites:
+                if not server.serves(ls.model):  # another server's model: not asked here
+                    continue
                 job = Job(server, ls, skip=_skip_reason(ls, opts))
                 jobs.append(job)
                 if job.skip or down or conn is None:
