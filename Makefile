@@ -28,7 +28,7 @@ TARGET    ?= cpu
 # haproxy: `haproxy -c` checks the lb role's rendered configuration (tests/fake/test_lb_role.py)
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus haproxy
 
-.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -53,7 +53,7 @@ help: ## List targets and their variables
 	@echo "  FLEET_ARGS=...       more fleet up options, e.g. '--triton-source-sg sg-... --models-s3-uri s3://...'"
 	@echo "  YES=1                fleet-down: do not ask for confirmation"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
-	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, bench-live, mutate)"
+	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, bench-live, bench-rollout, mutate)"
 	@echo "  VERIFY=1             models: hash every file of the current version against its manifest, repair what differs"
 	@echo "  MODULES=a.py b.py    mutate: these of [tool.mutmut] only_mutate (pyproject.toml) instead of all"
 	@echo "  DIR=$(DIR) TARGET=$(TARGET)   qa-selftest-repo: where the self-test repository goes, and its target"
@@ -183,6 +183,9 @@ bench-qa: setup-triton ## QA runner throughput vs perf_analyzer on the real Trit
 
 bench-live: setup-triton ## Clients of an unchanged model during live updates: agent loads over gRPC vs HTTP, real Triton (CPU)
 	$(PY) bench/live.py $(ARGS)
+
+bench-rollout: prereqs setup-triton ## Rollouts through the sandbox's HAProxy under a 60 req/s client: failed requests, time per batch, canary share, breach to rollback, vs no balancer (root; ARGS='--rate 80')
+	$(PY) bench/rollout.py $(ARGS)
 
 qa-selftest-repo: setup-triton ## Write the QA self-test model repository and suites: DIR=... TARGET=cpu|inf1|inf2|trn1|trn2
 	$(PY) -m tritonfleet.genmodel.selftest $(DIR) --target $(TARGET)

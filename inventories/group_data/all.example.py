@@ -293,7 +293,8 @@
 ## Neuron pip index used by the image build.
 # triton_neuron_pip_index = 'https://pip.repos.neuron.amazonaws.com'
 
-## Servers on this host (see README "Serving"); [] = one server with every device.
+## Servers on this host, each with its devices, ports and models (see README "Serving"); [] = one
+## server with every device.
 # triton_servers = []
 
 ## --shm-size of each container.
@@ -303,7 +304,8 @@
 ## that admits only your load balancer or clients).
 # triton_bind_address = '0.0.0.0'
 
-## Models to load (explicit mode); [] = every model in the repository.
+## Models to load (explicit mode) on every server without its own triton_servers[].models; [] =
+## every model in the repository.
 # triton_models = []
 
 ## tritonserver --model-control-mode.
@@ -545,7 +547,8 @@
 # rollback_point = None
 
 ## -------------------------------------------------------------------------------------------------
-## rollout (roles/rollout.py): which load balancer a rollout drains hosts from (ELBv2 or HAProxy)
+## rollout (roles/rollout.py): how a rollout drains hosts (ELBv2 or HAProxy) and judges a traffic
+## canary
 ## -------------------------------------------------------------------------------------------------
 
 ## elbv2: the ELBv2 target group rollout_target_group (or --target-group; neither: no load balancer
@@ -556,6 +559,31 @@
 
 ## elbv2: the target group's ARN (the rollout's --target-group wins).
 # rollout_target_group = None
+
+## Seconds a host may take to drain, and to be healthy again, in the load balancer (--lb-timeout).
+## bounds: >= 10, <= 3600
+# rollout_lb_timeout = 600
+
+## Traffic canary: percent of the requests the canary hosts get while they bake (--canary-weight);
+## None: no traffic canary.
+## bounds: >= 0, <= 100
+# rollout_canary_weight = None
+
+## Traffic canary: seconds it bakes before the gates judge it (--bake; None: 120).
+## bounds: > 0, <= 86400
+# rollout_bake = None
+
+## Traffic canary: the Prometheus the gates ask, http(s)://host:port (--prometheus).
+# rollout_prometheus = None
+
+## Gate: the canary's error ratio above which it is rolled back (absolute; 0.01 = 1 % of its
+## requests).
+## bounds: >= 0, <= 1
+# rollout_max_error_ratio = 0.01
+
+## Gate: the canary's latency per request above this times the other hosts' rolls it back.
+## bounds: > 0
+# rollout_max_latency_ratio = 1.5
 
 ## -------------------------------------------------------------------------------------------------
 ## Renamed or removed keys: a host that still sets one fails preflight

@@ -1,17 +1,30 @@
-"""Rolling rollout on 4 sandbox hosts, asserted from outside (tritonclient, the hosts' `current`, the
-rollout's report): a change that fails one host's QA gate rolls that host back while the others end on the
-new version, no request to a model that does not change fails, FAIL_PERCENT=0 stops after the failing
-batch, and a rollout killed mid-batch leaves every host old or new and serving, and completes when re-run."""
+"""Rolling rollout on 4 sandbox hosts behind the sandbox's HAProxy (the lb host), asserted from outside
+(tritonclient through the front door and to each host, the hosts' `current`, HAProxy's Runtime API, the sandbox
+Prometheus, the rollout's report):
+
+- a rollout in which one host fails its QA gate: that host is rolled back, the others end on the new version, and
+  a bounded client through the balancer (HTTP and gRPC) sees no failed request and no wrong answer;
+- traffic canaries with metric gates (weight 10 %, bake 20 s): a canary serving a wrong model is caught by the QA
+  gate before it gets traffic, one answering many times slower is rolled back by the latency gate; both leave the
+  other hosts untouched, exit non-zero, and neither canary gets more than its weight;
+- a host that stops answering its health check after the deploy is a failure of its own ("out of the load
+  balancer") and FAIL_PERCENT=0 stops the rollout there;
+- a rollout killed mid-batch (no balancer) leaves every host old or new and serving, and completes when re-run."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
+import pprint
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -21,10 +34,16 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.e2e.helpers import ROOT, host_ip, pyinfra, ssh, write_inventory
-from tritonfleet.sandbox import fleet
+from tritonfleet.sandbox import fleet, layout
+from tritonfleet.sandbox.inventory import sandbox_hosts
+from tritonfleet.sandbox.traffic import Traffic
 
 HOSTS = ["inf2", "trn1", "gpu", "scratch"]  # inventory (state) order: gpu is the third host
 BAD = "gpu"
+CANARY_FIRST = [BAD, "inf2", "trn1", "scratch"]  # the canary is the first host of the inventory
+LB = "lb"
+WEIGHT, BAKE = 10, 15
+GATES = ["--lb", "haproxy", "--lb-timeout", "60"]
 TF = str(Path(sys.executable).parent / "tritonfleet")
 ADD_SUB = (fleet.SAMPLES / "add_sub/1/model.py").read_text()
 CONFIG = (fleet.SAMPLES / "add_sub/config.pbtxt").read_text()
@@ -50,15 +69,47 @@ def repos(sandbox, tmp_path_factory):
     v2 = _seed(s3, f"e2e-roll-{run}/v2/", {**_model("add_sub"), **_model("steady"), **_model("extra")})
     wrong = ADD_SUB.replace("(in0 + in1)", "(in0 + in1 + 100)")
     bad = _seed(s3, f"e2e-roll-{run}/v2bad/", {**_model("add_sub", wrong), **_model("steady"), **_model("extra")})
+    # right answers, 40 ms late: many times the others' latency per request (a few ms)
+    slow_code = ADD_SUB.replace("    def execute(self, requests):\n", "    def execute(self, requests):\n"
+                                "        __import__('time').sleep(0.04)\n")
+    assert slow_code != ADD_SUB
+    slow = _seed(s3, f"e2e-roll-{run}/v2slow/", {**_model("add_sub", slow_code), **_model("steady"),
+                                                  **_model("extra")})
     base = tmp_path_factory.mktemp("rollout")
-    common = {"qa_reports_dir": str(base / "reports")}
-    def inventory(name: str, **kw) -> Path:
+    common = {"qa_reports_dir": str(base / "reports"), "monitoring_fleet": "sandbox"}
+
+    def inventory(name: str, hosts: list[str] = HOSTS, **kw) -> Path:
         (base / name).mkdir()
-        return write_inventory(base / name, HOSTS, **kw)
+        inv = write_inventory(base / name, hosts, **kw)
+        # the front door: the lb group (deploys/serve.py and the rollout leave its host out)
+        inv.write_text(inv.read_text() + f"lb = {pprint.pformat(sandbox_hosts([LB]))}\n")
+        return inv
 
     inv = {"v1": inventory("v1", extra={**common, "models_s3_uri": v1}),
            "v2": inventory("v2", extra={**common, "models_s3_uri": v2}),
-           "mixed": inventory("mixed", extra={**common, "models_s3_uri": v2}, per_host={BAD: {"models_s3_uri": bad}})}
+           "mixed": inventory("mixed", extra={**common, "models_s3_uri": v2}, per_host={BAD: {"models_s3_uri": bad}}),
+           "wrong canary": inventory("wrong", CANARY_FIRST, extra={**common, "models_s3_uri": v2},
+                                     per_host={BAD: {"models_s3_uri": bad}}),
+           "slow canary": inventory("slow", CANARY_FIRST, extra={**common, "models_s3_uri": v2},
+                                    per_host={BAD: {"models_s3_uri": slow}}),
+           # the new version publishes the server's HTTP port elsewhere: the balancer's check (port 8000) fails
+           "unhealthy": inventory("unhealthy", CANARY_FIRST, extra={**common, "models_s3_uri": v2},
+                                  per_host={BAD: {"triton_servers": [{"http_port": 8010}]}})}
+    return base, inv
+
+
+@pytest.fixture(scope="module")
+def front_door(repos):
+    """v1 served on the 4 hosts, HAProxy in front of them, and the sandbox Prometheus scraping their Triton
+    servers and HAProxy (`tritonfleet monitoring targets` for this inventory, into the sandbox's target files)."""
+    base, inv = repos
+    _serve_v1(inv)
+    run = pyinfra(inv["v1"], "deploys/lb.py")
+    assert run.returncode == 0, run.output[-5000:]
+    out = subprocess.run([TF, "monitoring", "targets", "--inventory", str(inv["v1"]), "--out",
+                          str(layout.monitoring_dir())], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    _ready_in_balancer(HOSTS)
     return base, inv
 
 
@@ -86,6 +137,65 @@ def _add_sub(host: str) -> float:
     inputs[1].set_data_from_numpy(a / 2)
     return float(httpclient.InferenceServerClient(f"{host_ip(host)}:8000").infer("add_sub", inputs)
                  .as_numpy("OUTPUT0")[0][0])
+
+
+def _servers_state() -> dict[str, dict[str, str]]:
+    """``{"<host>-triton": {"state": UP/DOWN/..., "admin": ready/drain/maint, "weight": "…"}}`` of the HTTP backend,
+    from HAProxy's Runtime API on the lb host (root only)."""
+    out = ssh(LB, "echo 'show stat' | socat stdio unix-connect:/run/haproxy/admin.sock").stdout
+    lines = [line for line in out.splitlines() if line.strip()]
+    head = lines[0].lstrip("# ").split(",")
+    rows = [dict(zip(head, line.split(","), strict=False)) for line in lines[1:]]
+    return {r["svname"]: {"state": r["status"], "weight": r["weight"]} for r in rows
+            if r["pxname"] == "triton_http" and r["svname"] not in ("FRONTEND", "BACKEND")}
+
+
+def _ready_in_balancer(hosts: list[str], deadline: float = 60) -> dict:
+    """Every host's server UP with the same weight in HAProxy (bounded in time)."""
+    end = time.monotonic() + deadline
+    while True:
+        state = _servers_state()
+        mine = {h: state.get(f"{h}-triton", {}) for h in hosts}
+        if all(s.get("state") == "UP" for s in mine.values()) and len({s["weight"] for s in mine.values()}) == 1:
+            return state
+        if time.monotonic() > end:
+            pytest.fail(f"not every server UP with equal weights in HAProxy after {deadline}s: {mine}")
+        time.sleep(1)
+
+
+def _prometheus(expr: str, at: float) -> float:
+    url = f"{layout.prometheus_url()}/api/v1/query?" + urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body = json.load(resp)
+    result = body["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+def _canary_share(report: dict, canary: list[str]) -> float:
+    """The canary hosts' share (%) of the requests every host's Triton counted over the bake window, read from the
+    sandbox Prometheus with a query of this test's own (not the gate's)."""
+    traffic = report["traffic_canary"]
+    stamp = re.search(r"ending (\S+Z)", traffic["verdict"]["window"]).group(1)
+    end = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    window = int(traffic["bake"])
+
+    def requests(hosts: str) -> float:
+        return _prometheus(f'sum(increase(nv_inference_request_success{{job="triton",model="add_sub",'
+                           f'host=~"{hosts}"}}[{window}s]))', end)
+
+    mine, everyone = requests("|".join(canary)), requests("|".join(HOSTS))
+    assert everyone > 0, f"no add_sub requests in Prometheus over the bake window ending {stamp}"
+    return 100 * mine / everyone
+
+
+def _front_door_traffic(**kw) -> Traffic:
+    return Traffic(host_ip(LB), rate=40, max_seconds=900, **kw)
+
+
+def _assert_clean(traffic: Traffic, at_least: int) -> None:
+    summary = traffic.summary()
+    assert summary["failed"] == 0 and summary["wrong"] == 0, (summary["errors"], summary)
+    assert summary["ok"] >= at_least and all(p["ok"] for p in summary["per_protocol"].values()), summary
 
 
 class Client:
@@ -133,12 +243,13 @@ def _rollout(inv, reports: Path, *args: str, timeout: float = 1500) -> tuple[sub
     return proc, json.loads(report.read_text())
 
 
-def test_a_host_failing_its_qa_gate_is_rolled_back_and_the_others_end_on_v2(repos):
-    base, inv = repos
+def test_a_host_failing_its_qa_gate_is_rolled_back_and_the_others_end_on_v2(front_door):
+    base, inv = front_door
     v1 = _serve_v1(inv)
-    with Client() as client:
+    _ready_in_balancer(HOSTS)
+    with Client() as client, _front_door_traffic() as traffic:
         proc, report = _rollout(inv["mixed"], base / "reports", "--batch", "2", "--canary", "1",
-                                "--fail-percent", "25")
+                                "--fail-percent", "25", *GATES)
     assert proc.returncode != 0, proc.stdout + proc.stderr
     status = {h["host"]: h["status"] for h in report["hosts"]}
     assert status == {"inf2": "updated", "trn1": "updated", "gpu": "rolled back", "scratch": "updated"}, \
@@ -149,20 +260,84 @@ def test_a_host_failing_its_qa_gate_is_rolled_back_and_the_others_end_on_v2(repo
         assert _ready(host, "extra") and _add_sub(host) == 3.0
     assert _current(BAD) == v1[BAD] and _add_sub(BAD) == 3.0 and not _ready(BAD, "extra")
     assert client.failures == [] and client.ok > 50, client.failures[:5]
+    # through the front door: drained before each change, back only once healthy, the wrong model never seen
+    _assert_clean(traffic, at_least=200)
+    _ready_in_balancer(HOSTS)
 
 
-def test_fail_percent_zero_stops_after_the_failing_batch(repos):
-    base, inv = repos
+def _untouched(v1: dict[str, str], hosts: list[str]) -> None:
+    for host in hosts:
+        assert _current(host) == v1[host] and not _ready(host, "extra"), host
+
+
+def test_a_wrong_model_canary_is_caught_by_the_qa_gate_before_it_gets_traffic(front_door):
+    base, inv = front_door
     v1 = _serve_v1(inv)
-    proc, report = _rollout(inv["mixed"], base / "reports", "--batch", "2", "--canary", "1", "--fail-percent", "0")
-    assert proc.returncode != 0
+    _ready_in_balancer(HOSTS)
+    with _front_door_traffic() as traffic:
+        proc, report = _rollout(inv["wrong canary"], base / "reports", "--canary", "1", "--fail-percent", "0",
+                                "--canary-weight", str(WEIGHT), "--bake", str(BAKE), "--prometheus",
+                                layout.prometheus_url(), *GATES)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
     status = {h["host"]: h["status"] for h in report["hosts"]}
-    assert status["gpu"] == "rolled back" and status["scratch"] == "not started" and report["stopped"]
-    assert _current("scratch") == v1["scratch"] and not _ready("scratch", "extra")
+    assert status == {BAD: "rolled back", "inf2": "not started", "trn1": "not started", "scratch": "not started"}
+    assert report["traffic_canary"]["set"] is None  # no weight was ever given: its share stayed 0
+    assert "canary hosts failed" in report["stopped"]
+    assert _current(BAD) == v1[BAD] and _add_sub(BAD) == 3.0
+    _untouched(v1, ["inf2", "trn1", "scratch"])
+    _assert_clean(traffic, at_least=50)
+    _ready_in_balancer(HOSTS)
 
 
-def test_a_killed_rollout_leaves_hosts_old_or_new_and_serving_and_a_rerun_completes(repos):
-    base, inv = repos
+def test_a_slow_canary_is_rolled_back_by_the_latency_gate_within_its_weight(front_door):
+    base, inv = front_door
+    v1 = _serve_v1(inv)
+    _ready_in_balancer(HOSTS)
+    with _front_door_traffic() as traffic:
+        proc, report = _rollout(inv["slow canary"], base / "reports", "--canary", "1", "--fail-percent", "0",
+                                "--canary-weight", str(WEIGHT), "--bake", str(BAKE), "--prometheus",
+                                layout.prometheus_url(), *GATES)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    hosts = {h["host"]: h for h in report["hosts"]}
+    assert hosts[BAD]["status"] == "rolled back" and hosts[BAD]["failed_step"] == "canary gate", hosts[BAD]
+    assert {h: r["status"] for h, r in hosts.items() if h != BAD} == dict.fromkeys(["inf2", "trn1", "scratch"],
+                                                                                      "not started")
+    verdict = report["traffic_canary"]["verdict"]
+    assert not verdict["ok"] and verdict["line"].startswith("latency per request: canary"), verdict
+    breach = next(m for m in verdict["measures"] if m["breach"])
+    assert breach["metric"] == "latency per request (ms)" and breach["canary"] > 5 * breach["rest"], breach
+    assert f"over {BAKE}s ending" in verdict["line"]  # the report names metric, values and window
+    share = _canary_share(report, [BAD])
+    assert 0 < share <= WEIGHT + 3, f"the canary got {share:.1f}% of the requests (weight {WEIGHT}%)"
+    assert _current(BAD) == v1[BAD] and _add_sub(BAD) == 3.0
+    _untouched(v1, ["inf2", "trn1", "scratch"])
+    _assert_clean(traffic, at_least=200)  # slow is not failed: every answer came, and right
+    _ready_in_balancer(HOSTS)  # the weights restored, the canary back in
+
+
+def test_a_host_failing_its_health_check_after_the_deploy_counts_as_failed_and_stops_the_rollout(front_door):
+    base, inv = front_door
+    v1 = _serve_v1(inv)
+    _ready_in_balancer(HOSTS)
+    with _front_door_traffic() as traffic:
+        proc, report = _rollout(inv["unhealthy"], base / "reports", "--canary", "1", "--fail-percent", "0",
+                                "--lb", "haproxy", "--lb-timeout", "15")
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    hosts = {h["host"]: h for h in report["hosts"]}
+    assert hosts[BAD]["status"] == "out of the load balancer", hosts[BAD]
+    assert "put back" in hosts[BAD]["message"] and report["failures"] == 1
+    assert "over fail_percent" in report["stopped"]
+    assert {h: r["status"] for h, r in hosts.items() if h != BAD} == dict.fromkeys(["inf2", "trn1", "scratch"],
+                                                                                      "not started")
+    _untouched(v1, ["inf2", "trn1", "scratch"])
+    assert _servers_state()[f"{BAD}-triton"]["state"].startswith("DOWN")
+    _assert_clean(traffic, at_least=50)  # the balancer kept every request on the healthy hosts
+    v1 = _serve_v1(inv)  # back on its port: the balancer takes it back by itself
+    _ready_in_balancer(HOSTS)
+
+
+def test_a_killed_rollout_leaves_hosts_old_or_new_and_serving_and_a_rerun_completes(front_door):
+    base, inv = front_door
     _serve_v1(inv)
     reports = base / "reports-kill"
     log = open(base / "kill.log", "w")

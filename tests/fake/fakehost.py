@@ -69,8 +69,9 @@ class Recorder:
 
 
 def run_deploys(deploys, data: dict, os_key: str, monkeypatch, *, expect_failures: tuple[str, ...] = (),
-                responses: dict | None = None, **health) -> Recorder:
-    """Preflight plus ``deploys`` (one deploy function or a list) on one @fake host."""
+                responses: dict | None = None, groups: tuple[str, ...] = (), **health) -> Recorder:
+    """Preflight plus ``deploys`` (one deploy function or a list) on one @fake host (in ``groups``; a host of
+    the lb group runs them the way deploys/lb.py and deploys/monitoring.py do: without an accelerator)."""
     rec = Recorder()
     orig_run = FakeConnector.run_shell_command
     orig_put = FakeConnector.put_file
@@ -94,10 +95,10 @@ def run_deploys(deploys, data: dict, os_key: str, monkeypatch, *, expect_failure
     monkeypatch.setattr(FakeConnector, "put_file", put_file)
     fake = {**(responses or {}), **healthy(data["instance_type"], os_key, **health)}
     host_data = {**data, "fake_responses": fake, "fake_delay": 0, "fake_delay_jitter": 0}
-    inventory = Inventory((["@fake/h1"], host_data))
+    inventory = Inventory((["@fake/h1"], host_data), **{g: (["@fake/h1"], {}) for g in groups})
     state = State(inventory=inventory, config=Config())
     connect_all(state)
-    add_deploy(state, preflight)
+    add_deploy(state, preflight, needs_accelerator="lb" not in groups)
     for fn in deploys if isinstance(deploys, (list, tuple)) else [deploys]:
         add_deploy(state, fn)
     run_ops(state)

@@ -23,12 +23,13 @@ DROPIN = "/etc/systemd/system/prometheus-node-exporter.service.d/tritonfleet.con
 NEURON_UNIT = "/etc/systemd/system/tritonfleet-neuron-monitor.service"
 
 
-def run_deploys(deploys, data, os_key, monkeypatch):
+def run_deploys(deploys, data, os_key, monkeypatch, **kw):
     """Neuron hosts want the host agent (its Python runs the Neuron exporter): preflight asks for its Python
     and builds the wheelhouse, here a stand-in (the real build is tested in tests/unit/test_wheelhouse)."""
     built = wheelhouse.Wheelhouse(Path("/nonexistent"), "d" * 64, "0.1.0+t")
     monkeypatch.setattr(wheelhouse, "build", lambda qa_for=None: built)
-    return _run_deploys(deploys, data, os_key, monkeypatch, responses={"sys.version_info": ["3.11", "x86_64", "none"]})
+    return _run_deploys(deploys, data, os_key, monkeypatch, responses={"sys.version_info": ["3.11", "x86_64", "none"]},
+                        **kw)
 
 
 def _extra(os_key: str) -> dict:
@@ -266,3 +267,10 @@ def test_the_dcgm_container_is_recreated_only_when_its_spec_changes(monkeypatch,
         return
     assert len(runs) == 1 and f"--label com.tritonfleet.spec={wanted} " in runs[0] and wanted != spec
     assert rec.commands.index("docker rm -f tritonfleet-dcgm-exporter >/dev/null") < rec.commands.index(runs[0])
+
+
+def test_a_load_balancer_gets_the_node_exporter_only(monkeypatch):
+    """A general-purpose host of the lb group: node metrics (HAProxy exports its own), no accelerator exporter."""
+    rec = run_deploys(monitoring, {**DATA, "instance_type": "c6i.large"}, "debian12", monkeypatch, groups=("lb",))
+    assert "prometheus-node-exporter" in rec.text and DROPIN in rec.uploads
+    assert NEURON_UNIT not in rec.uploads and "dcgm" not in rec.text

@@ -1,6 +1,8 @@
 """A small HAProxy for tests: its Runtime API on a unix socket (the commands the rollout uses, with HAProxy 2.6's
-reply formats), servers whose sessions end one per ``show stat`` while they drain, and whose health checks pass
-``rise`` looks after they leave maintenance; plus an SSH session stand-in that runs commands in a local shell."""
+reply formats), servers whose sessions end one per ``show stat`` while they drain, with an administrative state
+(ready, drain, maint) and a health state apart, as HAProxy has them: a server leaves maintenance in the health it
+had before (no check has run yet), a health forced down rises after ``rise`` passing looks, a failing server falls
+(``UP 1/3``, then ``DOWN``); plus an SSH session stand-in that runs commands in a local shell."""
 
 from __future__ import annotations
 
@@ -25,10 +27,26 @@ STATE_COLUMNS = ("be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_
 class Server:
     weight: int = 1
     iweight: int = 1
-    status: str = "UP"
+    admin: str = "ready"  # ready, drain, maint
+    health: str = "UP"  # UP, "UP 1/3" (falling), DOWN
     scur: int = 0
-    rising: int = 0  # looks until UP after leaving maintenance
+    rising: int = 0  # passing looks until UP after its health went down
     healthy: bool = True  # False: its checks never pass
+    stale: bool = False  # left maintenance, no check since: the old health still shows
+
+    @property
+    def status(self) -> str:
+        """``show stat``'s status column."""
+        if self.admin == "maint":
+            return "MAINT"
+        if self.health == "DOWN":
+            return "DOWN"
+        return "DRAIN" if self.admin == "drain" else self.health
+
+    @status.setter
+    def status(self, value: str) -> None:  # a test's shorthand
+        self.admin = {"MAINT": "maint", "DRAIN": "drain"}.get(value, "ready")
+        self.health = "DOWN" if value == "DOWN" else "UP"
 
 
 @dataclass
@@ -57,14 +75,14 @@ class FakeHAProxy:
             if srv is None:
                 return "No such server.\n\n" if any(b == backend for b, _ in self.servers) else "No such backend.\n\n"
             if words[3] == "state" and words[4] in ("ready", "drain", "maint"):
-                if words[4] == "drain":
-                    srv.status = "DRAIN"
-                elif words[4] == "maint":
-                    srv.status = "MAINT"
-                elif srv.status == "MAINT":
-                    srv.status, srv.rising = "DOWN", self.rise
-                else:
-                    srv.status = "UP"
+                if srv.admin == "maint" and words[4] != "maint":
+                    srv.stale = True  # as a real HAProxy: the health it had, until the next check says
+                srv.admin = words[4]
+                return "\n"
+            if words[3] == "health" and words[4] in ("up", "down", "stopping"):
+                if srv.admin != "maint":  # HAProxy 2.6 ignores a forced health in maintenance
+                    srv.health = "DOWN" if words[4] == "down" else "UP"
+                    srv.rising = self.rise if words[4] == "down" else 0
                 return "\n"
             if words[3] == "weight":
                 try:
@@ -86,10 +104,16 @@ class FakeHAProxy:
                     continue
                 if srv.status in ("DRAIN", "MAINT") and srv.scur:
                     srv.scur -= 1  # sessions end one per look
-                if srv.status == "DOWN" and srv.healthy:
+                if srv.admin == "maint":
+                    pass  # no checks in maintenance
+                elif srv.stale:  # the first look after leaving maintenance: no check has run yet
+                    srv.stale = False
+                elif srv.health == "DOWN" and srv.healthy:
                     srv.rising -= 1
                     if srv.rising <= 0:
-                        srv.status = "UP"
+                        srv.health = "UP"
+                elif srv.health.startswith("UP") and not srv.healthy:  # fall: UP 1/3, then DOWN
+                    srv.health = "DOWN" if srv.health == "UP 1/3" else "UP 1/3"
                 check = ("L7OK", "200", "Layer7 check passed") if srv.healthy else (
                     "L4CON", "", "Connection refused")
                 rows.append(self._row(b, name, {"status": srv.status, "weight": str(srv.weight), "scur": str(srv.scur),
@@ -106,8 +130,8 @@ class FakeHAProxy:
         rows = ["1", "# " + STATE_COLUMNS]
         ids = {b: i for i, b in enumerate(dict.fromkeys(b for b, _ in self.servers), 3)}
         for n, ((b, name), srv) in enumerate(self.servers.items(), 1):
-            op = {"UP": 2, "DRAIN": 2, "DOWN": 0, "MAINT": 0}[srv.status]
-            admin = {"MAINT": 1, "DRAIN": 8}.get(srv.status, 0)
+            op = 0 if srv.admin == "maint" or srv.health == "DOWN" else 2
+            admin = {"maint": 1, "drain": 8}.get(srv.admin, 0)
             rows.append(f"{ids[b]} {b} {n} {name} 10.0.0.{n} {op} {admin} {srv.weight} {srv.iweight} 5 6 3 4 6 0 0 0 "
                         "- 8000 -")
         return "\n".join(rows) + "\n\n"

@@ -86,6 +86,26 @@ def test_put_back_waits_until_the_health_checks_pass(fleet):
                                                             for b in ("triton_http", "triton_grpc")]
 
 
+def test_a_changed_server_that_fails_its_checks_is_not_taken_for_up_by_a_stale_state(fleet):
+    """HAProxy leaves maintenance in the health the server had before (UP) until its next check, and ignores a
+    health forced in maintenance: put back drains (out of maintenance, no new requests), forces the health down,
+    and readies the server only once its checks passed (the sandbox e2e test found a changed server that never
+    answered the balancer counted as back, and a request sent to it)."""
+    fake, lb, sent, clock = fleet
+    lb.take_out("h1", {})
+    for b in ("triton_http", "triton_grpc"):
+        fake.servers[(b, "h1-triton")].healthy = False  # the change broke it
+    lb.timeout = 6
+    with pytest.raises(LoadBalancerError, match="h1: not UP in HAProxy after 6s"):
+        lb.put_back("h1", {})
+    sets = [c for c in fake.log if c.startswith("set server triton_http/h1-triton")]
+    assert sets[-3:-1] == ["set server triton_http/h1-triton state drain", "set server triton_http/h1-triton health down"]
+    assert fake.servers[("triton_http", "h1-triton")].status == "DOWN"  # no request reached it
+    # left ready, as an ELBv2 target stays registered: its checks alone decide when it gets requests again
+    assert sets[-1] == "set server triton_http/h1-triton state ready" and fake.servers[
+        ("triton_http", "h1-triton")].admin == "ready"
+
+
 def test_a_server_that_never_turns_up_is_said_with_haproxys_last_check(fleet):
     fake, lb, sent, clock = fleet
     lb.take_out("h2", {})

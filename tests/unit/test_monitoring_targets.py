@@ -90,6 +90,24 @@ def test_exporters_bound_to_one_address_are_scraped_there_but_the_neuron_one(bin
     assert {t.job: t.address for t in gpu if t.job == "dcgm"} == {"dcgm": node.replace("9100", "9400")}
 
 
+def test_the_lb_groups_hosts_get_a_haproxy_target_and_node_metrics(tmp_path):
+    inv = tmp_path / "edge.py"
+    lb = [("lb-a", {"instance_type": "c6i.large", "ssh_hostname": "10.0.0.9", "lb_prometheus_port": 9405}),
+          ("lb-b", {"instance_type": "c6i.large", "ssh_hostname": "10.0.0.10", "lb_bind_address": "10.0.1.10"})]
+    inv.write_text(f"triton = ({HOSTS[:1]!r}, {COMMON!r})\nlb = ({lb!r}, {COMMON!r})\n")
+    out = tmp_path / "sd"
+    counts = monitoring.write_targets(inv, out)
+    assert counts["haproxy"] == 2
+    haproxy = {g["labels"]["host"]: g for g in json.loads((out / "haproxy.json").read_text())}
+    assert haproxy["lb-a"]["targets"] == ["10.0.0.9:9405"]  # lb_prometheus_port
+    assert haproxy["lb-b"]["targets"] == ["10.0.1.10:8405"]  # HAProxy listens on lb_bind_address only
+    assert haproxy["lb-a"]["labels"] == {"host": "lb-a", "instance_type": "c6i.large", "family": "c6i",
+                                         "fleet": "edge"}
+    node = {g["labels"]["host"] for g in json.loads((out / "node.json").read_text())}
+    assert node == {"inf2-a", "lb-a", "lb-b"}  # deploys/monitoring.py gives the load balancers a node exporter
+    assert "inf2-a" not in haproxy
+
+
 def test_a_rerun_after_an_inventory_change_drops_the_gone_host(tmp_path):
     out = tmp_path / "sd"
     monitoring.write_targets(_inventory(tmp_path, HOSTS), out)

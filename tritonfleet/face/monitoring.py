@@ -3,7 +3,8 @@
     tritonfleet monitoring targets --inventory inventories/inf2.py --out monitoring/ [--scrape-config]
 
 ``targets`` writes one ``file_sd_configs`` file per exporter kind (``<out>/<job>.json``: ``triton``, ``node``,
-``neuron``, ``dcgm``), one target group per host (per server for Triton), labelled ``host``,
+``neuron``, ``dcgm``, and ``haproxy`` for the load balancers of the ``lb`` group: HAProxy's built-in exporter on
+``lb_prometheus_port``), one target group per host (per server for Triton), labelled ``host``,
 ``instance_type``, ``family``, ``fleet`` (and ``server`` for Triton). Prometheus re-reads the files when
 they change, so re-running after an inventory change is enough. ``--scrape-config`` also writes a
 ``prometheus.yml`` whose jobs read those files (for a Prometheus on the controller side).
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import click
 
-JOBS = ("triton", "node", "neuron", "dcgm")
+JOBS = ("triton", "node", "neuron", "dcgm", "haproxy")
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +58,9 @@ def _join(address: str, port: int) -> str:
     return f"{address}:{port}"
 
 
-def host_targets(name: str, data: dict, *, default_fleet: str) -> list[Target]:
-    """The scrape targets of one host, from its validated data (no connection to the host)."""
+def host_targets(name: str, data: dict, *, default_fleet: str, balancer: bool = False) -> list[Target]:
+    """The scrape targets of one host, from its validated data (no connection to the host); ``balancer``: the
+    host is in the ``lb`` group (HAProxy's exporter is scraped there)."""
     from roles import all_roles
     from roles.monitoring import exporter_ports
     from tritonfleet.config import ConfigError, load_host_config
@@ -83,15 +85,22 @@ def host_targets(name: str, data: dict, *, default_fleet: str) -> list[Target]:
         # node and DCGM exporters listen on monitoring_bind_address; AWS's Neuron exporter on every address
         where = bound if job in BOUND_JOBS and not ipaddress.ip_address(bound).is_unspecified else address
         out.append(Target(job, _join(where, port), dict(base)))
+    if balancer:  # HAProxy's exporter listens on lb_bind_address
+        lb_bind = cfg.lb.bind_address
+        where = address if ipaddress.ip_address(lb_bind).is_unspecified else lb_bind
+        out.append(Target("haproxy", _join(where, cfg.lb.prometheus_port), dict(base)))
     return out
 
 
 def inventory_targets(inventory: str | Path) -> list[Target]:
-    from tritonfleet.access.inventory import load_inventory
+    from roles.preflight import LB_GROUP
+    from tritonfleet.access.inventory import load_inventory_groups
 
-    hosts = load_inventory(inventory)
+    hosts, members = load_inventory_groups(inventory)
+    balancers = set(members.get(LB_GROUP, []))
     fleet = Path(inventory).stem
-    return [t for name, data in sorted(hosts) for t in host_targets(name, data, default_fleet=fleet)]
+    return [t for name, data in sorted(hosts)
+            for t in host_targets(name, data, default_fleet=fleet, balancer=name in balancers)]
 
 
 def file_sd(targets: list[Target], job: str) -> list[dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -25,17 +26,20 @@ import click
                    "default when one is given) or the HAProxy of the inventory's lb group (Runtime API over SSH).")
 @click.option("--target-group", help="ELBv2 target group ARN: hosts leave it while they change.")
 @click.option("--region", help="AWS region of the target group.")
-@click.option("--lb-timeout", type=click.IntRange(10, 3600), default=600, show_default=True,
-              help="Seconds a host may take to drain from the load balancer, and to be healthy in it again.")
+@click.option("--lb-timeout", type=click.IntRange(10, 3600), default=None,
+              help="Seconds a host may take to drain from the load balancer, and to be healthy in it again "
+                   "(default: rollout_lb_timeout, 600).")
 @click.option("--canary-weight", type=int, default=None,
               help="Traffic canary: percent (0-100) of the requests sent to the canary hosts for --bake seconds, "
                    "then judged against the other hosts by the gates (needs --prometheus and --lb).")
 @click.option("--bake", type=float, default=None, help="Traffic canary: seconds it bakes (default 120).")
 @click.option("--prometheus", help="Prometheus URL the canary gates ask (e.g. http://prometheus:9090).")
-@click.option("--max-error-ratio", type=float, default=0.01, show_default=True,
-              help="Canary gate: the canary's error ratio above which it is rolled back (0.01: 1% of requests).")
-@click.option("--max-latency-ratio", type=float, default=1.5, show_default=True,
-              help="Canary gate: the canary's latency per request above this times the others' rolls it back.")
+@click.option("--max-error-ratio", type=float, default=None,
+              help="Canary gate: the canary's error ratio above which it is rolled back (0.01: 1% of requests; "
+                   "default: rollout_max_error_ratio, 0.01).")
+@click.option("--max-latency-ratio", type=float, default=None,
+              help="Canary gate: the canary's latency per request above this times the others' rolls it back "
+                   "(default: rollout_max_latency_ratio, 1.5).")
 @click.option("--listener-arn", help="ELBv2 traffic canary: the listener whose default action gets the weights.")
 @click.option("--rule-arn", help="ELBv2 traffic canary: the listener rule whose forward action gets the weights.")
 @click.option("--canary-target-group", help="ELBv2 traffic canary: the canary hosts' target group ARN.")
@@ -46,8 +50,9 @@ import click
               help="Seconds one pyinfra run on one host may take.")
 def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoints: str,
             checkpoint_delay: int | None, batch: int, canary: int, fail_percent: float, lb: str | None,
-            target_group: str | None, region: str | None, lb_timeout: int, canary_weight: int | None,
-            bake: float | None, prometheus: str | None, max_error_ratio: float, max_latency_ratio: float,
+            target_group: str | None, region: str | None, lb_timeout: int | None, canary_weight: int | None,
+            bake: float | None, prometheus: str | None, max_error_ratio: float | None,
+            max_latency_ratio: float | None,
             listener_arn: str | None, rule_arn: str | None, canary_target_group: str | None, deploy: str,
             reports_dir: str, limit: str | None, step_timeout: int) -> None:
     """Roll the inventory's hosts through DEPLOY: canary, then batches; each host leaves the load balancer,
@@ -65,12 +70,16 @@ def rollout(inventory: str | None, asg: str | None, min_healthy: int, checkpoint
 
     if not Path(deploy).is_file():
         raise click.ClickException(f"--deploy {deploy}: no such file (run from the project checkout)")
+    # what the command line sets wins; the rest comes from the hosts' rollout_* data (roles/rollout.py)
+    optional: dict[str, Any] = {"target_group": target_group, "lb_timeout": lb_timeout, "lb": lb, "canary_weight": canary_weight,
+                "bake": bake, "prometheus": prometheus, "max_error_ratio": max_error_ratio,
+                "max_latency_ratio": max_latency_ratio}
+    given = {k: v for k, v in optional.items() if v is not None}
     opts = ro.Options(inventory=inventory, batch=batch, canary=canary, fail_percent=fail_percent,
-                      target_group=target_group, region=region, deploy=deploy, reports_dir=reports_dir,
+                      region=region, deploy=deploy, reports_dir=reports_dir,
                       limit=[h for h in (limit or "").split(",") if h] or None, step_timeout=step_timeout,
-                      lb_timeout=lb_timeout, lb=lb, listener_arn=listener_arn, rule_arn=rule_arn,
-                      canary_target_group=canary_target_group, canary_weight=canary_weight, bake=bake,
-                      prometheus=prometheus, max_error_ratio=max_error_ratio, max_latency_ratio=max_latency_ratio)
+                      listener_arn=listener_arn, rule_arn=rule_arn, canary_target_group=canary_target_group,
+                      given=frozenset(given), **given)
     try:
         code = ro.main(opts)
     except (ro.RolloutError, OSError, SyntaxError) as exc:

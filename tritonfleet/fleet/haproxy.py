@@ -14,8 +14,13 @@ checked against :data:`NAME` before they reach a command.
 - take out: ``set server <backend>/<server> state drain`` on both backends (no new requests, those in flight
   finish), then ``show stat`` until ``scur`` (current sessions) is 0 for those servers (bounded, the last counts
   on timeout), then ``state maint``;
-- put back: ``state ready``, then ``show stat`` until every one of them is ``UP`` (its health check passed;
-  bounded, HAProxy's status and last check on timeout);
+- put back: ``state drain`` (out of maintenance, still no new requests, health checks run), ``health down``,
+  then ``show stat`` until every one of them is ``DRAIN`` (``rise`` checks of the changed server passed), then
+  ``state ready`` and ``show stat`` until ``UP`` (not ``UP 1/3``, UP with failing checks). A server leaves
+  maintenance in the health it had before and HAProxy ignores a health forced in maintenance, so a plain
+  ``ready`` shows a stale ``UP`` until the next check (the sandbox e2e test caught a changed server that never
+  answered a check counted as back, and a request sent to it). Bounded; HAProxy's status and last check on
+  timeout;
 - weights: HAProxy weighs each server 0-256; :func:`canary_weights` gives the canary servers one weight and the
   others another so that the canary's share of the total is closest to ``percent`` (searching every pair in
   1-256, so the rounding error is at most a fraction of a percent; the share actually set is reported).
@@ -268,10 +273,24 @@ class HAProxy:
 
     def put_back(self, name: str, data: dict) -> None:
         servers = self.servers(name, data)
-        logger.debug("%s: %s ready in HAProxy; waiting until UP", name, ", ".join(servers))
+        said = lambda st: " ".join(x for x in (st.status, st.check and f"(check: {st.check})") if x)  # noqa: E731
+        # A server leaves maintenance in the health it had before (UP) until its next check runs, and HAProxy
+        # ignores a health forced while in maintenance: drain first (no new requests; checks run), then force
+        # the health down, so that only `rise` passing checks of the changed server make it healthy (DRAIN),
+        # and only then ready.
+        logger.debug("%s: %s drain and health down in HAProxy; waiting for its checks", name, ", ".join(servers))
+        for lb in self.lb_hosts:
+            self._set(lb, [f"set server {b}/{s} state drain" for s in servers for b in BACKENDS]
+                      + [f"set server {b}/{s} health down" for s in servers for b in BACKENDS])
+        try:
+            self._wait(name, servers, lambda st: st.status.upper() == "DRAIN", "UP in HAProxy", said)
+        except LoadBalancerError:
+            # as an ELBv2 target that never turned healthy stays registered: ready, so that its health checks
+            # alone decide when it gets requests again (the rollout counts the host as failed all the same)
+            self._state(servers, "ready")
+            raise
         self._state(servers, "ready")
-        self._wait(name, servers, lambda st: st.state == "up", "UP in HAProxy",
-                   lambda st: " ".join(x for x in (st.status, st.check and f"(check: {st.check})") if x))
+        self._wait(name, servers, lambda st: st.status.upper() in ("UP", "NO CHECK"), "UP in HAProxy", said)
 
     # -- weights ----------------------------------------------------------------------------------------
 

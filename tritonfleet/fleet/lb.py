@@ -63,7 +63,7 @@ class BackendView:
 
 
 @runtime_checkable
-class LoadBalancer(Protocol):
+class LoadBalancer(Protocol):  # pragma: no mutate block (mutmut's trampolines would become protocol members)
     """What the rollout asks of a load balancer. Every method raises :class:`LoadBalancerError` (one line)."""
 
     def check(self, hosts: list[tuple[str, dict]]) -> None:

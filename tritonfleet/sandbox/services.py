@@ -8,6 +8,7 @@ its paths. It is found again (and stopped) by that record, whatever the environm
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -91,7 +92,21 @@ def write_monitoring_targets() -> dict[str, int]:
         (out / "prometheus.yml").write_text(scrape_config(out, interval=SCRAPE_INTERVAL))
         return dict.fromkeys(JOBS, 0)
     inventory = Path(__file__).resolve().parents[2] / "inventories" / "sandbox.py"
-    return write_targets(inventory, out, with_config=True, interval=SCRAPE_INTERVAL)
+    config = out / "prometheus.yml"
+    before = config.read_text() if config.exists() else None
+    counts = write_targets(inventory, out, with_config=True, interval=SCRAPE_INTERVAL)
+    if before is not None and config.read_text() != before:
+        reload_prometheus()
+    return counts
+
+
+def reload_prometheus() -> None:
+    """A running sandbox Prometheus re-reads prometheus.yml (new jobs; target files it re-reads by itself)."""
+    state = layout.load_state()
+    for pid, name in recorded_pids(state).items():
+        if name == "prometheus":
+            log(f"prometheus.yml changed: reloading Prometheus (pid {pid})")
+            os.kill(pid, signal.SIGHUP)
 
 
 def _shape(args: list[str]) -> list[str]:
