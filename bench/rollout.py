@@ -209,8 +209,9 @@ def main() -> int:
     with Traffic(lb_ip(), rate=args.rate, max_seconds=1800) as traffic:
         rc, report, lines = rollout(inv["v2"], reports, *gates)
     results["full"] = {"rc": rc, "traffic": traffic.summary(), "batches": batch_times(report),
-                       "share": canary_share(report), "verdict": (report.get("traffic_canary") or {}).get("verdict"),
-                       "statuses": [h["status"] for h in report["hosts"]]}
+                       "share": canary_share(report),
+                       "verdict": ((report.get("traffic_canary") or {}).get("verdict") or {}).get("line"),
+                       "stopped": report["stopped"], "statuses": [h["status"] for h in report["hosts"]]}
     log(json.dumps(results["full"], default=str)[:2000])
 
     serve_v1()
@@ -219,8 +220,8 @@ def main() -> int:
         rc, report, lines = rollout(inv["v2slow"], reports, *gates)
     results["breach"] = {"rc": rc, "traffic": traffic.summary(), "share": canary_share(report),
                          "breach_to_rollback": since(lines, "canary gates failed", f"{HOSTS[0]}: rolled back"),
-                         "verdict": (report.get("traffic_canary") or {}).get("verdict", {}).get("line"),
-                         "statuses": [h["status"] for h in report["hosts"]]}
+                         "verdict": ((report.get("traffic_canary") or {}).get("verdict") or {}).get("line"),
+                         "stopped": report["stopped"], "statuses": [h["status"] for h in report["hosts"]]}
     log(json.dumps(results["breach"], default=str)[:2000])
 
     if not args.no_peer:
