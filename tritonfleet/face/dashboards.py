@@ -25,6 +25,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tritonfleet.promql import regex_escape
+
 ALL = "$__all"  # Grafana's value for "All"; also what None means in a variables mapping
 ALL_VALUE = ".*"  # the dashboards' allValue: "All" matches every label value
 
@@ -38,7 +40,6 @@ BUILTINS = {
 
 # $name | [[name]] | [[name:format]] | ${name} | ${name:format} (Grafana's own variable syntax)
 _VARIABLE = re.compile(r"\$(\w+)|\[\[(\w+?)(?::(\w+))?\]\]|\$\{(\w+)(?::([^}]+))?\}")
-_REGEX_SPECIAL = re.compile(r"[$^*{}\[\]'+?.()|]")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 _LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?:(?P<expr>.*\S)\s*,\s*)?(?P<label>\w+)\s*\)\s*$", re.S)
@@ -122,14 +123,6 @@ def _builtins(given: Mapping[str, Any]) -> dict[str, str]:
     out["__range_ms"] = str(int(rng * 1000))
     out["__interval_ms"] = str(int(interval * 1000))
     return out
-
-
-def regex_escape(value: str) -> str:
-    """A label value as a regex inside a PromQL double-quoted string, as Grafana escapes it: regex
-    metacharacters get a backslash, which the string literal itself needs doubled."""
-    value = value.replace("\\", "\\\\\\\\")
-    value = _REGEX_SPECIAL.sub(lambda m: "\\\\" + m.group(0), value)
-    return value.replace('"', '\\"')
 
 
 def _format(name: str, value: Any, fmt: str | None) -> str:

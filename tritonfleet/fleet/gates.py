@@ -23,6 +23,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
+from tritonfleet import promql
+
 logger = logging.getLogger(__name__)
 
 JOB = "triton"
@@ -62,16 +64,9 @@ class Verdict:
         return {"ok": self.ok, "window": self.window, "line": self.line(), "measures": [asdict(m) for m in self.measures]}
 
 
-#: RE2's metacharacters: only these are escaped (Python's re.escape also escapes "-", and "\\-" is an escape
-#: that PromQL's string literal refuses: "unknown escape sequence", found by bench/rollout.py's bench-1 hosts)
-_RE2_META = frozenset("\\.+*?()|[]{}^$")
-
-
 def host_matcher(hosts: list[str]) -> str:
-    """The body of a PromQL double-quoted string holding a regex that matches exactly these ``host`` label values:
-    RE2 metacharacters escaped, then backslashes and double quotes escaped for the string literal."""
-    regex = "|".join("".join("\\" + c if c in _RE2_META else c for c in h) for h in sorted(hosts))
-    return regex.replace("\\", "\\\\").replace('"', '\\"')
+    """The body of a PromQL ``"..."`` string whose regex matches exactly these ``host`` label values."""
+    return promql.alternation(hosts)
 
 
 class Prometheus:
