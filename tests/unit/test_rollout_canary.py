@@ -102,6 +102,18 @@ def test_haproxy_gets_the_lb_groups_hosts_which_are_not_rolled_out(tmp_path, mon
     assert [h["host"] for h in json.loads(path.read_text())["hosts"]] == ["h1", "h2", "h3"]
 
 
+def test_the_lb_groups_hosts_are_never_rolled_out_also_without_a_balancer(tmp_path, monkeypatch):
+    """They run HAProxy and no Triton server (bench/rollout.py's rollout without --lb rolled its lb host out)."""
+    ran = []
+    monkeypatch.setattr(ro, "rollback_point", lambda name, data: {"servers": {}, "models_version": None})
+    monkeypatch.setattr(ro.Runner, "run", lambda self, deploy, host, data=None: ran.append(host) or (True, ""))
+    monkeypatch.setattr(ro, "print_summary", lambda report: None)
+    assert ro.main(ro.Options(inventory=inventory_file(tmp_path), reports_dir=str(tmp_path / "r"))) == 0
+    assert sorted(ran) == ["h1", "h2", "h3"]
+    (path,) = (tmp_path / "r").glob("rollout-*.json")
+    assert [h["host"] for h in json.loads(path.read_text())["hosts"]] == ["h1", "h2", "h3"]
+
+
 def test_haproxy_without_lb_hosts_is_refused_in_one_line(tmp_path):
     o = ro.Options(inventory=inventory_file(tmp_path, "[]"), reports_dir=str(tmp_path), lb="haproxy")
     with pytest.raises(ro.RolloutError) as info:

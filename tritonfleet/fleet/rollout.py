@@ -326,16 +326,15 @@ def main(opts: Options) -> int:
     """Run a rollout; 0 when every host was updated. Progress goes to this module's logger (INFO)."""
     from tritonfleet.access.inventory import load_inventory_groups
 
+    from tritonfleet.fleet.haproxy import GROUP, group_hosts
+
     validate(opts)
-    hosts, members = load_inventory_groups(opts.inventory)
+    everyone, members = load_inventory_groups(opts.inventory)
+    # the lb group's hosts run HAProxy and no Triton server: never rolled out, whichever balancer is used
+    hosts = [(n, d) for n, d in everyone if n not in set(members.get(GROUP, []))]
     opts = options_from_data(opts, hosts)
     validate(opts)
-    balancers: list[tuple[str, dict]] = []
-    if opts.lb_kind == "haproxy":  # the lb group's hosts run HAProxy: they are not rolled out
-        from tritonfleet.fleet.haproxy import group_hosts
-
-        balancers = group_hosts(members, hosts)
-        hosts = [(n, d) for n, d in hosts if n not in dict(balancers)]
+    balancers = group_hosts(members, everyone) if opts.lb_kind == "haproxy" else []
     if opts.limit:
         unknown = sorted(set(opts.limit) - {n for n, _ in hosts})
         if unknown:
