@@ -161,6 +161,7 @@ def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:
         cmd += server_models_args((p.name, p.models) for p in t.placements)  # each reloads its own models
         if repository_header(cfg):
             cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
+    cmd += memory_args(cfg)  # in any mode: the servers load the new version, by themselves (poll) or reloaded
     if cfg.imds_endpoint != DEFAULT_IMDS:  # credentials from the instance profile at another IMDS address
         cmd = ["/usr/bin/env", f"AWS_EC2_METADATA_SERVICE_ENDPOINT={cfg.imds_endpoint}", *cmd]
     return cmd
@@ -171,6 +172,26 @@ def server_models_args(servers: Iterable[tuple[str, Sequence[str] | None]]) -> l
     some models; a server without one (``None``: it loads every model in the repository) is left out."""
     return [a for name, models in servers if models is not None
             for a in ("--server-models", f"{name}={','.join(models)}")]
+
+
+def memory_args(cfg: HostConfig) -> list[str]:
+    """The agent's memory check before it switches ``current`` (``triton_memory_check``, README "Serving"):
+    ``--host-name`` (for its error line), ``--accelerator``, ``--memory-headroom`` and each server's
+    ``--server-capacity``; none with the check off or on a host without an accelerator."""
+    t = cfg.triton
+    if not t.memory_check or not cfg.instance.has_accelerator or not t.placements:
+        return []
+    neuron = cfg.instance.is_neuron
+    return ["--host-name", cfg.name, "--accelerator", "neuron" if neuron else "gpu",
+            "--memory-headroom", f"{t.memory_headroom_pct:g}",
+            *server_capacity_args((p.name, len(p.devices) if neuron else len(p.gpus), cfg.instance.device_memory_mib)
+                                  for p in t.placements)]
+
+
+def server_capacity_args(servers: Iterable[tuple[str, int, int]]) -> list[str]:
+    """The agent's ``--server-capacity NAME=DEVICESxMIB`` of each ``(name, devices, MiB per device)``: the
+    memory the server's devices (GPUs) hold, before the headroom."""
+    return [a for name, devices, mib in servers for a in ("--server-capacity", f"{name}={devices}x{mib}")]
 
 
 VERIFY_UNIT = "tritonfleet-models-verify"

@@ -30,7 +30,7 @@ from roles import platform
 from roles.context import config_for
 from roles.neuron import REPO_ID as NEURON_REPO
 from roles.neuron import dkms_pin
-from tritonfleet import compat
+from tritonfleet import compat, footprint
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
     DEFAULT_IMDS,
@@ -81,6 +81,11 @@ class Settings(RoleSettings):
         "Models to load (explicit mode) on every server without its own triton_servers[].models; [] = every model "
         "in the repository."))
     model_control_mode: Literal["explicit", "none", "poll"] = Field("explicit", description="tritonserver --model-control-mode.")
+    memory_check: bool = Field(True, description=(
+        "Refuse a plan whose models do not fit a server's accelerator memory: in preflight with models_source, "
+        'in the agent before it switches current with S3 sync (see README "Serving").'))
+    memory_headroom_pct: float = Field(footprint.DEFAULT_HEADROOM_PCT, ge=0, lt=100, description=(
+        "Percent of each server's device memory the memory check and `tritonfleet plan` keep free."))
     repository_header: str = Field(hc.REPOSITORY_HEADER, description=(
         "Header the model-repository API (load/unload/index) requires; lowercase (gRPC metadata keys are)."))
     repository_secret: str | None = Field(None, description="Per-fleet secret value of that header (required; keep it out of git).")
@@ -195,6 +200,7 @@ def _checks(cfg: HostConfig) -> None:
     if t.image_archive_src is not None and not os.path.isfile(t.image_archive_src):
         raise FieldProblem("triton_image_archive_src", t.image_archive_src, "no such file on the controller")
     _model_checks(cfg)
+    _memory_checks(cfg)
     runtime = container_runtime_version(cfg)
     if cfg.instance.is_neuron and runtime:
         try:
@@ -229,6 +235,45 @@ def _model_checks(cfg: HostConfig) -> None:
             raise FieldProblem(field, models, f"{server}{'model' if len(missing) == 1 else 'models'} "
                                f"{', '.join(missing)} not in the repository (models_source {cfg.models.source} "
                                f"has {', '.join(known) or 'no model'})")
+
+
+def accelerator(cfg: HostConfig) -> Literal["neuron", "gpu"]:
+    return "neuron" if cfg.instance.is_neuron else "gpu"
+
+
+def loaded_models(cfg: HostConfig, p: Placement) -> tuple[str, ...] | None:
+    """The models server ``p`` loads, None for every model of the repository (any mode but explicit)."""
+    return p.models if cfg.triton.model_control_mode == "explicit" else None
+
+
+def _memory_checks(cfg: HostConfig) -> None:
+    """Where the repository is on the controller (``models_source``), each server's models fit its devices'
+    memory less ``triton_memory_headroom_pct`` (:mod:`tritonfleet.footprint`); with S3 sync the agent checks
+    each new version before it switches to it (:func:`roles.models.memory_args`)."""
+    t: Settings = cfg.triton
+    src = cfg.models.source
+    if not t.memory_check or not cfg.instance.has_accelerator or not src or cfg.models.s3_uri \
+            or not os.path.isdir(src):
+        return
+    for p in t.placements:
+        models = loaded_models(cfg, p)
+        spec = t.servers[p.index] if p.index < len(t.servers) else None
+        if models is not None and spec is not None and spec.models is not None:
+            field, value = f"triton_servers[{p.index}].models", spec.models
+        elif models is not None:
+            field, value = "triton_models", t.models
+        else:
+            field, value = "models_source", src
+        try:
+            prints = footprint.server_footprints(src, models, accelerator(cfg), gpus=len(p.gpus) or 1)
+        except footprint.FootprintError as exc:
+            raise FieldProblem("models_source", src, f"server {p.name}: cannot tell its models' memory: "
+                               f"{exc}") from None
+        problem = footprint.does_not_fit(p.name, prints, footprint.server_capacity(cfg.instance, p,
+                                                                                    t.memory_headroom_pct))
+        if problem:
+            raise FieldProblem(field, value, f"{problem}; give it more devices or fewer models "
+                               "(triton_memory_check: false skips this check)")
 
 
 ROLE = Role("triton", Settings, "Triton containers: image, compatibility gate, devices, limits, health gate",

@@ -46,4 +46,8 @@ BAD = [
                    "nvidia_key_fingerprint": "A" * 40},
      "monitoring_dcgm_image_archive", "required when"),
     ("inf2.xlarge", {"monitoring_bind_address": "0.0.0"}, "monitoring_bind_address", ""),
+    ("inf2.48xlarge", {"triton_servers": [{"models": ["a/b"]}]}, "triton_servers[0].models",
+     "not a valid Triton model directory name"),
+    ("inf2.48xlarge", {"triton_servers": [{"models": []}], "triton_models": ["m"]}, "triton_servers[0].models",
+     "remove the server or give it models"),
 ]

@@ -312,6 +312,14 @@
 ## allowed: 'explicit', 'none', 'poll'
 # triton_model_control_mode = 'explicit'
 
+## Refuse a plan whose models do not fit a server's accelerator memory: in preflight with
+## models_source, in the agent before it switches current with S3 sync (see README "Serving").
+# triton_memory_check = True
+
+## Percent of each server's device memory the memory check and `tritonfleet plan` keep free.
+## bounds: >= 0, < 100
+# triton_memory_headroom_pct = 10.0
+
 ## Header the model-repository API (load/unload/index) requires; lowercase (gRPC metadata keys are).
 # triton_repository_header = 'x-tritonfleet-repository-key'
 

@@ -15,7 +15,7 @@ FLEET = [
     fleet.HostSpec("inf1.6xlarge", name="inf1"),
     fleet.HostSpec("trn1.32xlarge", name="trn1"),
     fleet.HostSpec("g5.xlarge", name="gpu"),
-    fleet.HostSpec("inf2.48xlarge", name="inf2big"),
+    fleet.HostSpec("inf2.24xlarge", name="inf2big"),  # split into servers (test_03, test_12)
     fleet.HostSpec("inf1.xlarge", name="legacy", preinstall=["aws-neuron-dkms", "aws-neuron-runtime"]),
     fleet.HostSpec("inf2.xlarge", name="nodrv", driver_creates_devices=False),
     fleet.HostSpec("inf2.xlarge", name="scratch"),

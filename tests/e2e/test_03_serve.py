@@ -105,7 +105,7 @@ def test_status_table_shows_the_server(served, capsys):
     assert row["ready_models"] == "add_sub" and row["endpoint"] == f"http://{host_ip('scratch')}:8000"
 
 
-def test_three_servers_split_inf2_48xlarge(sandbox, tmp_path):
+def test_three_servers_split_inf2_24xlarge(sandbox, tmp_path):
     # First the default single server, then the split: the old server (holding every device and port
     # 8000) must go, or the new ones could not start.
     run = pyinfra(write_inventory(tmp_path, ["inf2big"]), "deploys/serve.py")
@@ -116,9 +116,9 @@ def test_three_servers_split_inf2_48xlarge(sandbox, tmp_path):
     assert run.returncode == 0, run.output[-5000:]
     by_name = {c["Name"].lstrip("/"): c for c in _containers("inf2big")}
     assert sorted(by_name) == ["triton-0", "triton-1", "triton-2"]
-    expected = {"triton-0": (range(0, 4), "0-7", 8000), "triton-1": (range(4, 8), "8-15", 8010),
-                "triton-2": (range(8, 12), "16-23", 8020)}
-    assert _neuron_nodes("inf2big") == {f"neuron{i}" for i in range(12)}  # the host has them all
+    expected = {"triton-0": (range(0, 2), "0-3", 8000), "triton-1": (range(2, 4), "4-7", 8010),
+                "triton-2": (range(4, 6), "8-11", 8020)}
+    assert _neuron_nodes("inf2big") == {f"neuron{i}" for i in range(6)}  # the host has them all
     for name, (devs, cores, port) in expected.items():
         c = by_name[name]
         assert [d["PathOnHost"] for d in c["HostConfig"]["Devices"]] == [f"/dev/neuron{i}" for i in devs]

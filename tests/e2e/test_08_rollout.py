@@ -359,3 +359,17 @@ def test_a_killed_rollout_leaves_hosts_old_or_new_and_serving_and_a_rerun_comple
     proc2, report = _rollout(inv["v2"], reports, "--batch", "2")
     assert proc2.returncode == 0, proc2.stdout + proc2.stderr
     assert all(h["status"] == "updated" for h in report["hosts"]) and all(_ready(h, "extra") for h in HOSTS)
+
+
+def test_prometheus_scrapes_haproxy(front_door):
+    """`tritonfleet monitoring targets` gives the lb group's host a haproxy target: the sandbox Prometheus has
+    HAProxy's own metrics of the front door (bounded wait: a few scrape intervals)."""
+    deadline = time.monotonic() + 60
+    while True:
+        servers = _prometheus('haproxy_backend_active_servers{job="haproxy",host="lb",proxy="triton_http"}',
+                              time.time())
+        if servers == len(HOSTS):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"Prometheus: haproxy_backend_active_servers of the front door is {servers}, not {len(HOSTS)}")
+        time.sleep(2)

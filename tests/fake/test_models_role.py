@@ -45,7 +45,9 @@ def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(mon
     assert sync == ("/opt/tritonfleet/venv/bin/tritonfleet-agent sync --source s3://models-bucket/prod --dest "
                     "/opt/tritonfleet/models --concurrency 16 --keep 3 --timeout 180 --connect-timeout 5 "
                     "--read-timeout 30 --deadline 1800 --lock-wait 60 --region eu-west-1 "
-                    "--server triton=grpc://127.0.0.1:8001 --header-file /etc/tritonfleet/repository-header")
+                    "--server triton=grpc://127.0.0.1:8001 --header-file /etc/tritonfleet/repository-header "
+                    # the memory check before the switch: inf2.xlarge's one device of 32 GiB, 10% kept free
+                    "--host-name @fake/h1 --accelerator neuron --memory-headroom 10 --server-capacity triton=1x32768")
     header = [c for c in rec.commands if "secret-file.sh" in c]
     assert len(header) == 1 and header[0].endswith("/etc/tritonfleet/repository-header")
     assert not any(SECRET in c and "tritonserver" not in c for c in rec.commands)  # stdin only
@@ -66,7 +68,7 @@ def test_a_non_default_imds_reaches_the_agent_and_poll_mode_names_no_server(monk
     assert any(c.endswith(f"{'d' * 64} tritonfleet-agent==0.1.0+t") for c in rec.commands if "agent-install.sh" in c)
     (sync,) = sync_lines(rec)
     assert sync.startswith("/usr/bin/env AWS_EC2_METADATA_SERVICE_ENDPOINT=http://10.0.0.1:8081 /opt/tritonfleet/venv/")
-    assert "--server" not in sync and "--header-file" not in sync
+    assert "--server" not in sync.split() and "--header-file" not in sync  # (--server-capacity: the memory check)
     assert not any("secret-file.sh" in c for c in rec.commands)
 
 

@@ -18,7 +18,7 @@ FPR = "C" * 40
 def test_example_inventory_hosts_validate(name, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # models_source is relative to where pyinfra runs
     for model in ("bert_base", "resnet50"):  # the models the inventories load (preflight checks they are there)
-        (tmp_path / "models" / model).mkdir(parents=True)
+        (tmp_path / "models" / model / "1").mkdir(parents=True)  # a version (empty: 0 MiB by the memory check)
     for var in ("NEURON_KEY_FINGERPRINT", "EFA_KEY_FINGERPRINT", "NVIDIA_KEY_FINGERPRINT"):
         monkeypatch.setenv(var, FPR)
     monkeypatch.setenv("TRITONFLEET_REPOSITORY_SECRET", "fleet-secret-0123456789")

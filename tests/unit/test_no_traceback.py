@@ -30,6 +30,12 @@ def work(tmp_path_factory):
     (d / "empty").mkdir()
     (d / "inventory.py").write_text("hosts = [('@local', {'instance_type': 'nope.large'})]\n")
     (d / "broken_inventory.py").write_text("hosts = [\n")
+    (d / "inf2_inventory.py").write_text("hosts = [('inf2-1', {'instance_type': 'inf2.xlarge', "
+                                         "'neuron_key_fingerprint': 'A' * 40, 'triton_repository_secret': 's' * 24})]\n")
+    (d / "big" / "huge" / "1").mkdir(parents=True)  # a model that needs more than inf2.xlarge's device holds
+    (d / "big" / "huge" / "config.pbtxt").write_text(
+        'parameters { key: "tritonfleet_memory_mib" value: { string_value: "40000" } }\n')
+    (d / "not_yaml.yaml").write_text("models: [\n")
     return d
 
 
@@ -49,6 +55,18 @@ def cases(d: Path) -> list[tuple[str, list[str]]]:
         ("gen-model: no such compiled model", [*TF, "gen-model", "--model_type", "pytorch", "--compiled_model",
                                               str(d / "missing.pt"), "--triton_input", "x,FP32,1",
                                               "--triton_output", "y,FP32,1", "--triton_model_dir", str(d / "gm")]),
+        ("plan: no such inventory", [*TF, "plan", "-i", str(d / "missing.py")]),
+        ("plan: bad host data", [*TF, "plan", "-i", inv]),
+        ("plan: no such model repository", [*TF, "plan", "-i", str(d / "inf2_inventory.py"), "--models",
+                                            str(d / "missing")]),
+        ("plan: models that do not fit", [*TF, "plan", "-i", str(d / "inf2_inventory.py"), "--models", str(d / "big")]),
+        ("plan: headroom out of range", [*TF, "plan", "-i", str(d / "inf2_inventory.py"), "--headroom", "100"]),
+        ("plan --pack: no such models file", [*TF, "plan", "-i", str(d / "inf2_inventory.py"), "--pack",
+                                              str(d / "missing.yaml")]),
+        ("plan --pack: models file not YAML", [*TF, "plan", "-i", str(d / "inf2_inventory.py"), "--pack",
+                                               str(d / "not_yaml.yaml")]),
+        ("agent sync: bad server capacity", [*AGENT, "sync", "--source", "s3://bucket/p", "--dest", str(d / "r4"),
+                                             "--server-capacity", "triton=0x32768"]),
         ("agent sync: dest is a file", [*AGENT, "sync", "--source", "s3://bucket/p", "--dest", str(d / "a-file")]),
         ("agent sync: S3 not reachable", [*AGENT, "sync", "--source", "s3://bucket/p", "--dest", str(d / "r1"),
                                           "--endpoint-url", DEAD]),

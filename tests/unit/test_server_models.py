@@ -43,7 +43,7 @@ def repository(tmp_path, *models: str) -> str:
     root = tmp_path / "repo"
     root.mkdir(exist_ok=True)
     for m in models:
-        (root / m).mkdir()
+        (root / m / "1").mkdir(parents=True)  # a version: Triton needs one, the memory check estimates from it
         (root / m / "config.pbtxt").write_text(f'name: "{m}"\n')
     return str(root)
 

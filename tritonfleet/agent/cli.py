@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
 
+from . import memory
 from .layout import LOCK_WAIT
 from .remote import CONNECT_TIMEOUT, DEADLINE, READ_TIMEOUT
 from .sync import Options, Progress, Result, parse_source, run
@@ -88,6 +90,61 @@ def _server_models(text: str) -> tuple[str, frozenset[str]]:
     if not sep or not _MODEL.match(name) or not all(_MODEL.match(m) for m in models):
         raise argparse.ArgumentTypeError(f"expected NAME=MODEL[,MODEL...] (model directory names), got {text!r}")
     return name, frozenset(models)
+
+
+_CAPACITY = re.compile(r"^([A-Za-z0-9_.-]+)=([0-9]{1,4})x([0-9]{1,9})$")
+
+
+def _server_capacity(text: str) -> tuple[str, int, int]:
+    """``NAME=DEVICESxMIB``: server NAME's DEVICES devices (or GPUs) hold MIB each."""
+    m = _CAPACITY.match(text)
+    if not m or int(m.group(2)) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=DEVICESxMIB (e.g. triton=2x32768), got {text!r}")
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 0 <= value < 100:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text} is not within 0 to below 100")
+    return value
+
+
+def _host_name(text: str) -> str:
+    if not text.strip() or len(text) > 255 or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(f"not a host name: {text!r}")
+    return text
+
+
+def _add_memory(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server-capacity", action="append", default=[], type=_server_capacity,
+                   metavar="NAME=DEVICESxMIB",
+                   help="server NAME's devices (GPUs with --accelerator gpu) and the MiB each holds: before current "
+                        "is switched to a new version, the models the server loads from it must fit in that less "
+                        "--memory-headroom, else the sync fails and current keeps serving; repeatable")
+    p.add_argument("--memory-headroom", type=_percent, default=memory.DEFAULT_HEADROOM_PCT, metavar="PCT",
+                   help=f"percent of each server's device memory kept free (default {memory.DEFAULT_HEADROOM_PCT:g})")
+    p.add_argument("--accelerator", choices=("neuron", "gpu"), default="neuron",
+                   help="the servers' devices: Neuron devices or GPUs (default neuron)")
+    p.add_argument("--host-name", type=_host_name, metavar="NAME",
+                   help="the host's name in the memory check's error (default: this machine's host name)")
+
+
+def memory_plan(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                models: dict[str, frozenset[str]]) -> memory.MemoryPlan | None:
+    """The servers' ``--server-capacity`` (each once), each with its ``--server-models``; None without any."""
+    servers: dict[str, memory.ServerMemory] = {}
+    for name, devices, mib in args.server_capacity:
+        if name in servers:
+            parser.error(f"--server-capacity {name} given twice")
+        servers[name] = memory.ServerMemory(name, devices, mib, models.get(name))
+    if not servers:
+        return None
+    return memory.MemoryPlan(args.host_name or socket.gethostname(), tuple(servers.values()), args.accelerator,
+                             args.memory_headroom)
 
 
 def _add_server_models(p: argparse.ArgumentParser) -> None:
@@ -224,6 +281,7 @@ def _sync_arguments(sync: argparse.ArgumentParser) -> None:
     _add_server_models(sync)
     sync.add_argument("--header-file", metavar="FILE",
                       help="the restricted-API header for the servers, one line 'name: value' (mode 0600)")
+    _add_memory(sync)
     sync.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
                       help="seconds to wait for a server to be ready, and for each model load (default 180)")
     sync.add_argument("--connect-timeout", type=_seconds_in(0.1, 300), default=CONNECT_TIMEOUT, metavar="S",
@@ -367,6 +425,7 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                    hard_stop=True, verify=args.verify)
     live = None
     models = server_models(args, parser)
+    opts.memory = memory_plan(args, parser, models)
     if args.server:
         from .live import Live, Server, read_header
         from .manifest import SyncError

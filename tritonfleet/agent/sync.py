@@ -38,6 +38,11 @@ How a sync runs:
    symlink under a temporary name, renamed over ``current`` (atomic). The new tree reaches the disk first
    (one syncfs of its filesystem; ``--no-fsync`` skips that). Files are mode 0644 and directories 0755 whatever the umask, so
    Triton's user can read them.
+   With ``--server-capacity`` (the memory check, ``memory.py``), the tree is checked first: every server's
+   models in it must fit its devices' memory less ``--memory-headroom``. A plan that does not fit fails the
+   sync with one line naming the host, the server, its biggest models, need and capacity; nothing is
+   switched and ``current`` keeps serving. The refused tree stays a staging dir (the next run links its
+   files instead of downloading them again); a kept version that is refused stays as it is.
 5. Prune: keep ``--keep`` versions, the current one included; older ones are renamed away, then deleted.
    With ``--keep 1`` the previous version goes right after the switch, maybe while Triton still reads
    it: keep 2 or more.
@@ -61,6 +66,11 @@ Options:
   --no-fsync                     skip the fsyncs (faster; after a power cut ``current`` may then show
                                  files whose data never reached the disk)
   --json                         one JSON object on stdout instead of the summary line
+  --server-capacity NAME=DEVICESxMIB
+                                 server NAME's devices and the MiB each holds: the memory check before a
+                                 switch (repeatable; --server-models NAME=... says what it loads, else every
+                                 model); --memory-headroom PCT (default 10), --accelerator neuron|gpu (default
+                                 neuron) and --host-name NAME (for the error line) go with it
 
 Credentials: boto3's default provider chain only (environment, shared config and credentials files,
 SSO, the instance profile through IMDS). The agent takes no keys as options and prints none.
@@ -104,6 +114,7 @@ from .fetch import _check_space, _Fetcher, _no_space
 from .integrity import Damage, Stamps, check, reusable
 from .layout import LOCK_WAIT, Repo, Staging
 from .manifest import Entry, SyncError, diff, model_changes
+from .memory import MemoryPlan, MemoryPlanError
 from .remote import CONNECT_TIMEOUT, DEADLINE, HARD_STOP, READ_TIMEOUT, Phase, Remote, describe, make_client
 
 if TYPE_CHECKING:  # the live reload is imported by the command line only when servers are given
@@ -146,6 +157,7 @@ class Options:
     lock_wait: float = LOCK_WAIT  # for another sync's lock, before its holder is ended (stuck) or named
     hard_stop: bool = False  # exit the process when the deadline's alarm could not stop the S3 part (the CLI)
     verify: bool = False  # hash every file of the current version (else only those whose inode changed)
+    memory: MemoryPlan | None = None  # each server's models fit its devices before a switch (memory.py)
 
     @property
     def source(self) -> str:
@@ -255,9 +267,10 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, liv
             if current and d.empty and not damage:
                 result.status, result.version = "unchanged", current
             else:
-                result.version = _older_twin(repo, current, new, stamps)
-                if result.version:
-                    result.status = "switched"
+                twin = _older_twin(repo, current, new, stamps)
+                if twin:
+                    _check_memory(opts, repo.path(twin), current)
+                    result.status, result.version = "switched", twin
                 else:
                     sound = {p: e for p, e in old.items() if p not in damage.files}
                     result.version = _build(opts, repo, remote, progress, result, current, sound, new, stale,
@@ -290,6 +303,18 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, liv
         if now:
             root = repo.path(now)
             stamps.save([os.path.join(root, p) for p in repo.manifest(now)])
+
+
+def _check_memory(opts: Options, tree: str, current: str | None) -> None:
+    """The servers' models in ``tree`` (the version to switch to) fit their devices (``--server-capacity``);
+    else the sync fails before the switch, and ``current`` keeps serving."""
+    if opts.memory is None:
+        return
+    try:
+        opts.memory.check(tree)
+    except MemoryPlanError as exc:
+        keeps = f"current keeps serving {current}" if current else "there is no current version yet"
+        raise SyncError(f"{exc}; refused before the switch: {keeps}") from None
 
 
 def _older_twin(repo: Repo, current: str | None, new: dict[str, Entry], stamps: Stamps) -> str | None:
@@ -346,6 +371,8 @@ def _build(opts: Options, repo: Repo, remote: Remote, progress: Progress, result
         if missing:
             raise SyncError(f"internal error: {len(missing)} files not placed, e.g. {sorted(missing)[0]}")
         staging.close()
+        # before the tree becomes a version: refused, it stays a staging dir, whose files the next run links
+        _check_memory(opts, staging.tree, current)
         version = repo.commit(staging, staging.placed, opts.source, opts.durable)
     finally:
         staging.close()

@@ -4,9 +4,10 @@
     tritonfleet plan --inventory inventories/inf2.py --pack models.yaml [--models DIR] [--format python|yaml]
 
 Without ``--pack``: a row per host and server of the inventory (its validated placement): devices, cores,
-capacity (device memory less the headroom), the models it loads with their footprints
-(:mod:`tritonfleet.footprint`) and the MiB left free. A server whose models do not fit is an error line, and
-the exit code is 1. The models a server loads: its own ``models`` when the server entry has them, else the
+capacity (device memory less the headroom: ``--headroom``, else the host's ``triton_memory_headroom_pct``), the
+models it loads with their footprints (:mod:`tritonfleet.footprint`) and the MiB left free. A server whose models
+do not fit is an error line, and the exit code is 1 (the line preflight refuses the deploy with, which
+``plan`` shows in its table instead). The models a server loads: its own ``models`` when the server entry has them, else the
 host's ``triton_models``, else every model of the repository. The repository: ``--models DIR``, else the host's
 ``models_source`` (a local directory; S3 repositories are not read yet).
 
@@ -118,9 +119,10 @@ def server_models(cfg: Any, placement: Any) -> list[str] | None:
 
 
 def inventory_plan(inventory: str | Path, models: str | None = None,
-                   headroom_pct: float = DEFAULT_HEADROOM_PCT) -> list[ServerPlan]:
-    """A :class:`ServerPlan` per Triton server of the inventory, from each host's validated configuration.
-    Raises :class:`PlanError` (or :class:`~tritonfleet.config.ConfigError`) for bad input."""
+                   headroom_pct: float | None = None) -> list[ServerPlan]:
+    """A :class:`ServerPlan` per Triton server of the inventory, from each host's validated configuration
+    (``headroom_pct``: None for each host's ``triton_memory_headroom_pct``). Raises :class:`PlanError` (or
+    :class:`~tritonfleet.config.ConfigError`) for bad input."""
     from roles import all_roles
     from tritonfleet.access.inventory import load_inventory
     from tritonfleet.config import load_host_config
@@ -132,13 +134,16 @@ def inventory_plan(inventory: str | Path, models: str | None = None,
     for host, data in load_inventory(inventory):
         if models is not None:  # --models stands in for the host's own repository
             data = {**data, "models_source": None}
-        cfg = load_host_config(host, data, roles)
+        # the plan checks the memory itself, and shows a server that does not fit in its table (preflight's
+        # check would refuse the host's data with the same line)
+        cfg = load_host_config(host, {**data, "triton_memory_check": False}, roles)
+        headroom = cfg.triton.memory_headroom_pct if headroom_pct is None else headroom_pct
         if not cfg.instance.has_accelerator:
             continue
         repo = _local_repository(models, host, cfg)
         accelerator: Literal["neuron", "gpu"] = "neuron" if cfg.instance.is_neuron else "gpu"
         for p in cfg.triton.placements:
-            capacity = server_capacity(cfg.instance, p, headroom_pct)
+            capacity = server_capacity(cfg.instance, p, headroom)
             try:
                 prints = repository_footprints(repo, accelerator, gpus=len(p.gpus) or 1,
                                                models=server_models(cfg, p))
@@ -355,11 +360,12 @@ def print_packing(packing: Packing, types: dict[str, str], fmt: str = "python") 
 @click.option("--pack", "pack_file", default=None, metavar="MODELS_YAML",
               help="Place the models this file lists on the inventory's devices and print the proposed "
                    "triton_servers per host.")
-@click.option("--headroom", default=DEFAULT_HEADROOM_PCT, show_default=True, type=click.FloatRange(0, 100, max_open=True),
-              help="Percent of each device's memory kept free.")
+@click.option("--headroom", default=None, type=click.FloatRange(0, 100, max_open=True),
+              help="Percent of each device's memory kept free (default: each host's triton_memory_headroom_pct, "
+                   f"{DEFAULT_HEADROOM_PCT:g}; with --pack {DEFAULT_HEADROOM_PCT:g}).")
 @click.option("--format", "fmt", type=click.Choice(["python", "yaml"]), default="python", show_default=True,
               help="--pack: how the proposed host data is printed.")
-def plan(inventory: str, models: str | None, pack_file: str | None, headroom: float, fmt: str) -> None:
+def plan(inventory: str, models: str | None, pack_file: str | None, headroom: float | None, fmt: str) -> None:
     """Accelerator memory per Triton server: capacity, models and their footprints, free MiB (exit code 1 when
     a server's models do not fit); with --pack, a proposed placement of models on devices."""
     from tritonfleet.config import ConfigError
@@ -367,7 +373,7 @@ def plan(inventory: str, models: str | None, pack_file: str | None, headroom: fl
     try:
         if pack_file is not None:
             demands = load_demands(pack_file, models)
-            bins, types = inventory_bins(inventory, headroom)
+            bins, types = inventory_bins(inventory, DEFAULT_HEADROOM_PCT if headroom is None else headroom)
             packing = pack(demands, bins)
             print_packing(packing, types, fmt)
             if packing.unplaced:

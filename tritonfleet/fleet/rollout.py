@@ -325,7 +325,6 @@ def print_summary(report: dict) -> None:
 def main(opts: Options) -> int:
     """Run a rollout; 0 when every host was updated. Progress goes to this module's logger (INFO)."""
     from tritonfleet.access.inventory import load_inventory_groups
-
     from tritonfleet.fleet.haproxy import GROUP, group_hosts
 
     validate(opts)
