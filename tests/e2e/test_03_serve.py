@@ -158,7 +158,8 @@ def test_changed_spec_recreates_the_container_and_keeps_the_previous_spec(served
 
 def test_health_gate_failure_shows_reason_and_logs(served, tmp_path):
     inv = write_inventory(tmp_path, ["scratch"], extra={"triton_models": ["no_such_model"],
-                                                        "triton_health_timeout": 20})
+                                                        "triton_health_timeout": 20,
+                                                        "qa_suites": []})  # preflight: no server for add_sub's
     run = pyinfra(inv, "deploys/serve.py")
     assert run.returncode != 0
     assert "Triton server triton is not running" in run.output and "first error lines of its log" in run.output
