@@ -50,4 +50,6 @@ BAD = [
      "not a valid Triton model directory name"),
     ("inf2.48xlarge", {"triton_servers": [{"models": []}], "triton_models": ["m"]}, "triton_servers[0].models",
      "remove the server or give it models"),
+    # docker refuses one-character container names (the sandbox e2e test found it at `docker run`)
+    ("inf2.48xlarge", {"triton_servers": [{"name": "a"}, {"name": "bb"}]}, "triton_servers[0].name", "pattern"),
 ]

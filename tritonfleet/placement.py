@@ -64,7 +64,8 @@ class ServerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str | None = Field(None, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$",
+    # docker's own rule for container names: at least two characters (the sandbox e2e test named one "a")
+    name: str | None = Field(None, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$",
                              description="container name (default triton, or triton-<index>)")
     devices: list[_Id] | None = Field(None, description="Neuron device indices (contiguous)")
     cores: list[_Id] | None = Field(None, description="global NeuronCore ids on its devices")

@@ -82,7 +82,9 @@ def repos(sandbox, tmp_path_factory):
         (base / name).mkdir()
         inv = write_inventory(base / name, hosts, **kw)
         # the front door: the lb group (deploys/serve.py and the rollout leave its host out)
-        inv.write_text(inv.read_text() + f"lb = {pprint.pformat(sandbox_hosts([LB]))}\n")
+        # checks every 500 ms, one pass to rise: a put back proves the changed server in about a second
+        lb = [(n, {**d, "lb_check_interval_ms": 500, "lb_rise": 1}) for n, d in sandbox_hosts([LB])]
+        inv.write_text(inv.read_text() + f"lb = {pprint.pformat(lb)}\n")
         return inv
 
     inv = {"v1": inventory("v1", extra={**common, "models_s3_uri": v1}),
@@ -319,7 +321,7 @@ def test_a_host_failing_its_qa_gate_is_rolled_back_and_the_others_end_on_v2(fron
     v1 = _serve_v1(inv)
     _ready_in_balancer(HOSTS)
     with Client() as client, _front_door_traffic() as traffic:
-        proc, report = _rollout(inv["mixed"], base / "reports", "--batch", "2", "--canary", "1",
+        proc, report = _rollout(inv["mixed"], base / "reports", "--batch", "3", "--canary", "1",
                                 "--fail-percent", "25", *GATES)
     assert proc.returncode != 0, proc.stdout + proc.stderr
     status = {h["host"]: h["status"] for h in report["hosts"]}

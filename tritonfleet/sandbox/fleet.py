@@ -76,7 +76,7 @@ __all__ = [  # what the CLI, the inventory and the e2e tests use
 ]
 # Names of :mod:`.layout` that callers read from here (always the current value, patched or not).
 _LAYOUT_NAMES = {"BRIDGE", "BRIDGE_IP", "IMDS_PORT", "NETNS_PREFIX", "PROMETHEUS_PORT", "REPO_PORT", "S3_BUCKET", "S3_PORT",
-                 "S3_PREFIX", "S3_REGION", "SAMPLES", "STATE_DIR", "VETH_PREFIX"}
+                 "S3_PREFIX", "S3_REGION", "SAMPLES", "EXTRA_SAMPLES", "STATE_DIR", "VETH_PREFIX"}
 
 
 def __getattr__(name: str):

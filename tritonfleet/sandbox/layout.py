@@ -37,6 +37,11 @@ CACHE_DIR = Path(os.environ.get("TRITONFLEET_CACHE", "/var/cache/tritonfleet"))
 STATE_DIR = Path(os.environ.get("TRITONFLEET_SANDBOX_DIR", "/var/lib/tritonfleet/sandbox"))
 FILES = Path(__file__).parent / "files"
 SAMPLES = Path(__file__).parent / "samples"
+#: sample models that are NOT in the seeded repository (:data:`SAMPLES` is, whole): tests copy them in by name.
+#: ``emoji_echo`` imports ``emoji``, which only an image built with ``triton_python_requirements`` has.
+EXTRA_SAMPLES = Path(__file__).parent / "extra_samples"
+#: the local PyPI simple index (PEP 503) below :func:`repo_root`, served by the repository service
+PYPI_PATH = "pypi/simple"
 #: QA suites of the sample repository (the sandbox inventory's qa_suites)
 QA_SUITES = Path(__file__).parent / "qa"
 
@@ -158,6 +163,12 @@ def monitoring_dir() -> Path:
 
 def prometheus_url() -> str:
     return f"http://{BRIDGE_IP}:{PROMETHEUS_PORT}"
+
+
+def pypi_index_url() -> str:
+    """The sandbox's PyPI simple index (its wheels: :data:`tritonfleet.sandbox.pypi.WHEELS`), for
+    ``triton_pip_index``; plain HTTP on the bridge, so pip needs ``--trusted-host`` for it."""
+    return f"http://{BRIDGE_IP}:{REPO_PORT}/{PYPI_PATH}/"
 
 
 def s3_endpoint() -> str:

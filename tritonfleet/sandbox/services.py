@@ -38,13 +38,15 @@ from tritonfleet.sandbox.network import check_port_free
 
 
 def ensure_supplies(base: Path) -> dict:
-    """Signed repos, EFA installer and the Triton image archive (cached; fast when unchanged)."""
-    from tritonfleet.sandbox import aptrepo, dcgmimage, image
+    """Signed repos, EFA installer, the PyPI index and the Triton image archive (cached; fast when unchanged)."""
+    from tritonfleet.sandbox import aptrepo, dcgmimage, image, pypi
 
     cache = layout.CACHE_DIR
     log("checking signed repositories and the Triton image archive (built once, then cached)")
     t0 = time.monotonic()
     repos = aptrepo.build_all(repo_root(), cache / "repo-cache", base, os.uname().release)
+    # a few wheels for image builds with triton_python_requirements (layout.pypi_index_url), fetched once
+    python_index = pypi.ensure_index(repo_root(), cache / "repo-cache")
     images_dir().mkdir(parents=True, exist_ok=True)
     archive = image.build_triton_image(cache / "image-cache", images_dir() / "tritonserver-2.51.0-sandbox.tar")
     # the DCGM exporter's stand-in image (GPU hosts' monitoring), on the same cached base layer
@@ -52,7 +54,7 @@ def ensure_supplies(base: Path) -> dict:
     spent = time.monotonic() - t0
     if spent > 2:  # only worth saying when something was (re)built
         log(f"signed repositories and the Triton image archive ready in {spent:.0f}s")
-    return {"repos": repos, "image_archive": archive}
+    return {"repos": repos, "image_archive": archive, "pypi": python_index}
 
 
 def wanted_services(cache: Path) -> dict[str, tuple[int, list[str]]]:

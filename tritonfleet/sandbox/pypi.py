@@ -1,0 +1,170 @@
+"""A small local PyPI "simple" index (PEP 503) for the sandbox, served by its repository service.
+
+Sandbox hosts reach no package index, so the few wheels that image builds with ``triton_python_requirements``
+install are downloaded once into the cache (``pip download --only-binary=:all: --no-deps``, checked against the
+sha256 pinned here) and published under the served root (:func:`layout.repo_root`)::
+
+    pypi/simple/index.html                  the project list
+    pypi/simple/<project>/index.html        links to ../../files/<wheel>#sha256=<hex> (data-requires-python)
+    pypi/files/<wheel>
+
+URL: :func:`layout.pypi_index_url` (``http://192.168.250.1:8080/pypi/simple/``). Like the apt repositories, the
+tree is rebuilt only when its inputs change (a stamp of the wheels' names and hashes) and swapped in whole.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import hashlib
+import html
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from tritonfleet.pyreqs import pip_failure
+from tritonfleet.sandbox.aptrepo import _link_or_copy, _staged, _stamp_matches
+from tritonfleet.sandbox.fsutil import sha256_file
+from tritonfleet.sandbox.layout import PYPI_PATH, SandboxError
+
+RECIPE_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """A wheel the sandbox serves: ``name==version``, its file name on PyPI and that file's sha256."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+#: Pure-Python wheels the sandbox's Triton image lacks (it has Debian's numpy and nothing else from PyPI:
+#: image.BASE_INCLUDE), hashes as PyPI lists them. emoji: the sample model ``emoji_echo`` imports it.
+WHEELS: tuple[Wheel, ...] = (
+    Wheel("emoji", "2.14.0", "emoji-2.14.0-py3-none-any.whl",
+          "fcc936bf374b1aec67dda5303ae99710ba88cc9cdce2d1a71c5f2204e6d78799"),
+    Wheel("tabulate", "0.9.0", "tabulate-0.9.0-py3-none-any.whl",
+          "024ca478df22e9340661486f85298cff5f6dcdba14f3813e8830015b9ed1948f"),
+)
+
+
+def requirement_lines(wheels: Sequence[Wheel] = WHEELS, *, hashes: bool = True) -> list[str]:
+    """``triton_python_requirements`` lines for ``wheels`` (with their hashes: pip's --require-hashes)."""
+    return [w.pin + (f" --hash=sha256:{w.sha256}" if hashes else "") for w in wheels]
+
+
+# ------------------------------------------------------------------------------------------ download
+
+
+def fetch_wheels(cache_dir: Path, wheels: Sequence[Wheel] = WHEELS, *, index_url: str | None = None,
+                 pip_args: Sequence[str] = ()) -> list[Path]:
+    """The wheel files of ``wheels`` under ``cache_dir/pypi-wheels/``, downloaded once (pip, with the
+    controller's pip configuration; ``index_url`` replaces its index, ``pip_args`` go before pip's command) and
+    checked against their pinned sha256."""
+    out = Path(cache_dir) / "pypi-wheels"
+    out.mkdir(parents=True, exist_ok=True)
+    missing = [w for w in wheels if not _verified(out / w.filename, w.sha256)]
+    if missing:
+        with tempfile.TemporaryDirectory(prefix=".download-", dir=out) as tmp:
+            reqs = Path(tmp) / "requirements.txt"
+            reqs.write_text("".join(f"{line}\n" for line in requirement_lines(missing)), encoding="ascii")
+            dest = Path(tmp) / "wheels"
+            cmd = [sys.executable, "-m", "pip", *pip_args, "download", "--disable-pip-version-check", "--no-input",
+                   "--only-binary=:all:", "--no-deps", "--require-hashes", "--dest", str(dest), "-r", str(reqs),
+                   # the files for the images' Pythons, whatever this one is (the image's pip checks it)
+                   "--ignore-requires-python"]
+            if index_url:
+                cmd += ["--index-url", index_url]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+            if proc.returncode != 0:
+                raise SandboxError(f"downloading the sandbox's PyPI wheels failed: "
+                                   f"{pip_failure(proc.stdout + proc.stderr)}")
+            for w in missing:
+                got = dest / w.filename
+                if not got.is_file():
+                    names = sorted(p.name for p in dest.glob("*.whl"))
+                    raise SandboxError(f"pip download {w.pin} gave {names or 'nothing'}, not {w.filename}")
+                if sha256_file(got) != w.sha256:  # pip checked it too; the cache must never hold another file
+                    raise SandboxError(f"{w.filename}: sha256 {sha256_file(got)} is not the pinned {w.sha256}")
+                os.replace(got, out / w.filename)
+    return [out / w.filename for w in wheels]
+
+
+def _verified(path: Path, sha256: str) -> bool:
+    try:
+        return sha256_file(path) == sha256
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------- index
+
+
+def wheel_metadata(path: Path) -> tuple[str, str, str]:
+    """(canonical project name, version, Requires-Python or "") from a wheel's ``METADATA``."""
+    with zipfile.ZipFile(path) as zf:
+        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if len(names) != 1:
+            raise SandboxError(f"{path.name}: not a wheel (no single *.dist-info/METADATA)")
+        meta = email.parser.Parser().parsestr(zf.read(names[0]).decode("utf-8"), headersonly=True)
+    if not meta.get("Name") or not meta.get("Version"):
+        raise SandboxError(f"{path.name}: its METADATA has no Name or Version")
+    return canonicalize_name(meta["Name"]), meta["Version"], meta.get("Requires-Python", "") or ""
+
+
+def _page(title: str, links: list[str]) -> bytes:
+    body = "\n".join(f"    {link}<br/>" for link in links)
+    return (f'<!DOCTYPE html>\n<html>\n  <head><meta name="pypi:repository-version" content="1.0">'
+            f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n").encode()
+
+
+def build_index(root: Path, wheels: Sequence[Path]) -> Path:
+    """Publish ``wheels`` as a PEP 503 index under ``root/pypi/`` (see the module doc); returns the simple
+    index directory ``root/pypi/simple``. Unchanged inputs: nothing is written."""
+    root = Path(root)
+    entries = []
+    for path in sorted(Path(w) for w in wheels):
+        name, version, requires_python = wheel_metadata(path)
+        entries.append((name, version, requires_python, path, sha256_file(path)))
+    h = hashlib.sha256(f"pypi\0{RECIPE_VERSION}\0".encode())
+    for name, version, requires_python, path, digest in entries:
+        h.update(f"{name}\0{version}\0{requires_python}\0{path.name}\0{digest}\0".encode())
+    target = root / PYPI_PATH.split("/", 1)[0]
+    if _stamp_matches(target, h.hexdigest()):
+        return root / PYPI_PATH
+    projects: dict[str, list[str]] = {}
+    with _staged(target, h.hexdigest()) as tmp:
+        for name, _version, requires_python, path, digest in entries:
+            _link_or_copy(path, tmp / "files" / path.name)
+            attr = f' data-requires-python="{html.escape(requires_python)}"' if requires_python else ""
+            projects.setdefault(name, []).append(
+                f'<a href="../../files/{html.escape(path.name)}#sha256={digest}"{attr}>{html.escape(path.name)}</a>')
+        (tmp / "files").mkdir(mode=0o755, exist_ok=True)
+        simple = tmp / "simple"
+        simple.mkdir(mode=0o755)
+        for name, links in sorted(projects.items()):
+            (simple / name).mkdir(mode=0o755)
+            (simple / name / "index.html").write_bytes(_page(f"Links for {name}", links))
+        (simple / "index.html").write_bytes(_page("Simple index", [f'<a href="{n}/">{n}</a>' for n in sorted(projects)]))
+    return root / PYPI_PATH
+
+
+def ensure_index(root: Path, cache_dir: Path, wheels: Sequence[Wheel] = WHEELS, *,
+                 index_url: str | None = None, pip_args: Sequence[str] = ()) -> dict:
+    """Download (once) and publish the sandbox's wheels; ``{"url_path", "packages": {name: version}}``."""
+    files = fetch_wheels(cache_dir, wheels, index_url=index_url, pip_args=pip_args)
+    build_index(root, files)
+    return {"url_path": PYPI_PATH, "packages": {canonicalize_name(w.name): w.version for w in wheels}}
+
