@@ -105,7 +105,7 @@ def refused(data: dict, field: str, *words: str) -> str:
 
 @pytest.mark.parametrize("name", ["a/b", "..//x", "bert base", ""])
 def test_a_model_name_that_is_no_triton_model_directory_is_refused(name):
-    refused({"triton_servers": [BERT, {"name": "x", "models": ["resnet50", name]}]}, "triton_servers[1].models",
+    refused({"triton_servers": [BERT, {"name": "xx", "models": ["resnet50", name]}]}, "triton_servers[1].models",
             f"model name {name!r} is not a valid Triton model directory name")
 
 
