@@ -28,7 +28,7 @@ DATA = {"neuron_key_fingerprint": FPR, "nvidia_key_fingerprint": FPR, "triton_re
 TRITON = {  # two hosts, two servers each (inf2.24xlarge: 6 devices, 3 per server; g5.12xlarge: 4 GPUs, 2 each)
     "@fake/tr1": {"instance_type": "inf2.24xlarge", "triton_servers": [{}, {}], "ec2_private_ip": "10.0.0.11"},
     "@fake/tr2": {"instance_type": "g5.12xlarge", "ssh_hostname": "10.0.0.12",
-                  "triton_servers": [{"name": "a"}, {"name": "b", "http_port": 9000, "grpc_port": 9001,
+                  "triton_servers": [{"name": "left"}, {"name": "right", "http_port": 9000, "grpc_port": 9001,
                                                      "metrics_port": 9002}]},
 }
 LB = {"@fake/lb1": {"instance_type": "c6i.large"}}
@@ -100,14 +100,14 @@ def test_haproxy_cfg_has_one_server_per_triton_server_with_its_own_ports(monkeyp
     assert re.findall(r"^\s+server .*$", http, re.M) == [
         "    server tr1-triton-0 10.0.0.11:8000 check",
         "    server tr1-triton-1 10.0.0.11:8010 check",
-        "    server tr2-a 10.0.0.12:8000 check",
-        "    server tr2-b 10.0.0.12:9000 check",
+        "    server tr2-left 10.0.0.12:8000 check",
+        "    server tr2-right 10.0.0.12:9000 check",
     ]
     assert re.findall(r"^\s+server .*$", grpc, re.M) == [
         "    server tr1-triton-0 10.0.0.11:8001 proto h2 check port 8000 check-proto h1",
         "    server tr1-triton-1 10.0.0.11:8011 proto h2 check port 8010 check-proto h1",
-        "    server tr2-a 10.0.0.12:8001 proto h2 check port 8000 check-proto h1",
-        "    server tr2-b 10.0.0.12:9001 proto h2 check port 9000 check-proto h1",
+        "    server tr2-left 10.0.0.12:8001 proto h2 check port 8000 check-proto h1",
+        "    server tr2-right 10.0.0.12:9001 proto h2 check port 9000 check-proto h1",
     ]
     for backend in (http, grpc):
         assert "option httpchk GET /v2/health/ready" in backend and "http-check expect status 200" in backend
@@ -243,7 +243,7 @@ def test_server_names_are_host_dash_server():
 
 
 def test_two_servers_with_one_haproxy_name_are_refused(monkeypatch):
-    clash = {"@fake/x": {"instance_type": "inf2.xlarge", "triton_servers": [{"name": "y-z"}]},
-             "@fake/x-y": {"instance_type": "inf2.xlarge", "triton_servers": [{"name": "z"}]}}
+    clash = {"@fake/x": {"instance_type": "inf2.xlarge", "triton_servers": [{"name": "y-zz"}]},
+             "@fake/x-y": {"instance_type": "inf2.xlarge", "triton_servers": [{"name": "zz"}]}}
     text = _refused(monkeypatch, triton=clash)
-    assert text.splitlines()[1:] == ["  @fake/x-y: HAProxy server name 'x-y-z': also the name of a server of @fake/x"]
+    assert text.splitlines()[1:] == ["  @fake/x-y: HAProxy server name 'x-y-zz': also the name of a server of @fake/x"]

@@ -36,7 +36,7 @@ INF2_24 = catalog.get("inf2.24xlarge")  # 6 devices, 2 cores each
      "cores must be contiguous"),
     (INF2_24, [{"http_port": 9000}, {"http_port": 9000}], "triton_servers[1].http_port", 9000,
      "port already used by triton_servers[0].http_port"),
-    (INF2_24, [{"name": "a"}, {"name": "a"}], "triton_servers[1].name", "a",
+    (INF2_24, [{"name": "aa"}, {"name": "aa"}], "triton_servers[1].name", "aa",
      "container name already used by triton_servers[0]"),
 ])
 def test_each_error_carries_the_offending_value(itype, servers: list[dict[str, Any]], field, value, message):
