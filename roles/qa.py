@@ -41,6 +41,8 @@ class Settings(RoleSettings):
     reports_dir: str = Field("reports", description=(
         "Controller directory the reports of `make qa` are fetched to (<dir>/<host>/<UTC stamp>.{json,xml})."))
     timeout: int = Field(900, ge=30, le=86400, description="Seconds a QA run may take on a host.")
+    server_wait: int = Field(60, ge=1, le=3600, description=(
+        "Seconds the runner waits for each Triton server to be ready before that server's suites fail."))
     schedule: str = Field("hourly", description="systemd OnCalendar= of the scheduled QA (make qa-schedule).")
     schedule_random_delay: int = Field(600, ge=0, le=86400, description=(
         "RandomizedDelaySec= of the timer, so a fleet does not run QA all at once."))
@@ -128,7 +130,8 @@ def run_stamp() -> str:
 def run_command(cfg: HostConfig, stamp: str | None) -> list[str]:
     """The runner's command line against this host's servers, each with the models it loads (``stamp``
     None: the runner picks one)."""
-    cmd = [hc.AGENT, "qa", "run", "--suites", SUITES_DIR, "--protocol", cfg.qa.protocol, "--out", REPORTS_DIR]
+    cmd = [hc.AGENT, "qa", "run", "--suites", SUITES_DIR, "--protocol", cfg.qa.protocol, "--out", REPORTS_DIR,
+           "--wait", str(cfg.qa.server_wait)]
     for p in cfg.triton.placements:
         address = f"[{p.local_address}]" if ":" in p.local_address else p.local_address
         cmd += ["--server", f"{p.name}=grpc://{address}:{p.grpc_port},http://{address}:{p.http_port}"]

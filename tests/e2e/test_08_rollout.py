@@ -88,14 +88,15 @@ def repos(sandbox, tmp_path_factory):
         return inv
 
     inv = {"v1": inventory("v1", extra={**common, "models_s3_uri": v1}),
-           "v2": inventory("v2", extra={**common, "models_s3_uri": v2}),
+           # no QA where the test is not about it: each host's turn is shorter
+           "v2": inventory("v2", extra={**common, "models_s3_uri": v2, "qa_suites": None}),
            "mixed": inventory("mixed", extra={**common, "models_s3_uri": v2}, per_host={BAD: {"models_s3_uri": bad}}),
            "wrong canary": inventory("wrong", CANARY_FIRST, extra={**common, "models_s3_uri": v2},
                                      per_host={BAD: {"models_s3_uri": bad}}),
-           "slow canary": inventory("slow", CANARY_FIRST, extra={**common, "models_s3_uri": v2},
+           "slow canary": inventory("slow", CANARY_FIRST, extra={**common, "models_s3_uri": v2, "qa_suites": None},
                                     per_host={BAD: {"models_s3_uri": slow}}),
            # the new version publishes the server's HTTP port elsewhere: the balancer's check (port 8000) fails
-           "unhealthy": inventory("unhealthy", CANARY_FIRST, extra={**common, "models_s3_uri": v2},
+           "unhealthy": inventory("unhealthy", CANARY_FIRST, extra={**common, "models_s3_uri": v2, "qa_suites": None},
                                   per_host={BAD: {"triton_servers": [{"http_port": 8010}]}})}
     return base, inv
 

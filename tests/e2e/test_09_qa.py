@@ -64,7 +64,9 @@ def test_a_wrong_model_and_a_stopped_server_fail_the_gate_as_the_table_and_one_l
     s3 = _s3()
     prefix = f"e2e-qa-wrong-{uuid.uuid4().hex[:8]}/"
     uri = _seed(s3, prefix, WRONG)
-    inv = write_inventory(base, HOSTS, extra={"qa_reports_dir": str(reports)}, per_host={"gpu": {"models_s3_uri": uri}})
+    # a stopped server fails its suites after qa_server_wait (60 s by default)
+    inv = write_inventory(base, HOSTS, extra={"qa_reports_dir": str(reports), "qa_server_wait": 5},
+                          per_host={"gpu": {"models_s3_uri": uri}})
     stopped: list[str] = []
     try:
         run = pyinfra(inv, "deploys/models.py")

@@ -386,3 +386,10 @@ def test_the_script_is_valid_sh():
     from tests.unit.test_scripts import script_body
 
     assert subprocess.run(["sh", "-n", "-c", script_body("triton-models.sh")], capture_output=True).returncode == 0
+
+
+def test_the_qa_runner_waits_for_its_servers_as_long_as_the_data_says():
+    quick = run_command(cfg([BERT], qa_server_wait=5), None)
+    assert quick[quick.index("--wait") + 1] == "5"
+    default = run_command(cfg([BERT]), None)
+    assert default[default.index("--wait") + 1] == "60"
