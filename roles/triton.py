@@ -2,10 +2,11 @@
 
 Image: built on the host from ``templates/triton/Dockerfile.neuron.j2`` (tag = content hash, frameworks
 pinned, so an unchanged Dockerfile never rebuilds and one tag is one image), pulled from a registry, or
-``docker load``-ed from an archive. Before a Neuron container starts, the image's runtime is checked
-against the host driver. Containers are recreated only when their spec changes, run with a Docker restart
-policy (``unless-stopped``, with ``live-restore`` in daemon.json), and are gated on ``/v2/health/ready``
-plus every model's ready state. The model-repository API is restricted to callers presenting the
+``docker load``-ed from an archive; with ``triton_python_requirements`` the containers run a layer built on
+it with those packages (:mod:`tritonfleet.pyreqs`, tag = content hash). Before a Neuron container starts,
+the image's runtime is checked against the host driver. Containers are recreated only when their spec
+changes, run with a Docker restart policy (``unless-stopped``, with ``live-restore`` in daemon.json), and
+are gated on ``/v2/health/ready`` plus every model's ready state. The model-repository API is restricted to callers presenting the
 per-fleet secret header.
 """
 
@@ -18,6 +19,7 @@ import posixpath
 import re
 from io import StringIO
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pyinfra import host
@@ -30,7 +32,7 @@ from roles import platform
 from roles.context import config_for
 from roles.neuron import REPO_ID as NEURON_REPO
 from roles.neuron import dkms_pin
-from tritonfleet import compat, footprint
+from tritonfleet import compat, footprint, pyreqs
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
     DEFAULT_IMDS,
@@ -73,6 +75,14 @@ class Settings(RoleSettings):
     servers: list[ServerSpec] = Field([], description=(
         'Servers on this host, each with its devices, ports and models (see README "Serving"); [] = one server with '
         "every device."))
+    python_requirements: str | list[str] | None = Field(None, description=(
+        "Extra python packages for python-backend models, built into the serving image on the host: a requirements "
+        "file on the controller (relative to the directory pyinfra runs in) or a list of lines; every line pins "
+        "one version (name==version), with --hash on every line or on none (then --require-hashes: list every "
+        'dependency). None = the image as it is (see README "Python packages in the image").'))
+    pip_index: str | None = Field(None, description=(
+        "http(s) URL of the package index (PEP 503 simple) the python_requirements build installs from, without "
+        "credentials (they would stay in the image history); None = PyPI."))
     shm_size: str = Field("1g", description="--shm-size of each container.")
     bind_address: IPAddress = Field("0.0.0.0", description=(
         "Address the published ports bind to (0.0.0.0: every interface; keep them behind a security group "
@@ -199,6 +209,7 @@ def _checks(cfg: HostConfig) -> None:
                            "required: a per-fleet secret that guards Triton's model-repository API")
     if t.image_archive_src is not None and not os.path.isfile(t.image_archive_src):
         raise FieldProblem("triton_image_archive_src", t.image_archive_src, "no such file on the controller")
+    python_requirements(cfg)
     _model_checks(cfg)
     _memory_checks(cfg)
     runtime = container_runtime_version(cfg)
@@ -207,6 +218,23 @@ def _checks(cfg: HostConfig) -> None:
             compat.check_driver_runtime(dkms_pin(cfg), runtime, neuron_arch=cfg.instance.neuron_arch)
         except compat.CompatibilityError as exc:
             raise FieldProblem("triton_neuron_runtime_version", runtime, str(exc)) from None
+
+
+def python_requirements(cfg: HostConfig) -> pyreqs.Requirements:
+    """``triton_python_requirements`` parsed (a file path is read on the controller, relative to the directory
+    pyinfra runs in, like ``triton_image_archive_src``); a bad line is a FieldProblem naming it."""
+    value, index = cfg.triton.python_requirements, cfg.triton.pip_index
+    if index is not None:
+        try:
+            pyreqs.check_index_url(index)
+        except pyreqs.RequirementsError as exc:  # the message and the value shown carry no credentials
+            parts = urlsplit(index)
+            shown = parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
+            raise FieldProblem("triton_pip_index", shown, str(exc)) from None
+    try:
+        return pyreqs.load(value)
+    except pyreqs.RequirementsError as exc:
+        raise FieldProblem("triton_python_requirements", value, str(exc)) from None
 
 
 def _model_checks(cfg: HostConfig) -> None:
@@ -311,12 +339,21 @@ def image_source(cfg: HostConfig) -> str:
 
 
 def image_ref(cfg: HostConfig, key_file: str = f"{NEURON_REPO}-archive-keyring.gpg") -> str:
+    """The base image: ``triton_image``, the NGC image on GPU hosts or the Neuron build's tag (the image the
+    containers run is :func:`serving_image`)."""
     if cfg.triton.image:
         return cfg.triton.image
     if not cfg.instance.is_neuron:
         return cfg.triton.base_image
     digest = hashlib.sha256(dockerfile(cfg, key_file).encode()).hexdigest()[:16]
     return f"tritonfleet/tritonserver-neuron:{digest}"
+
+
+def serving_image(cfg: HostConfig, base: str) -> str:
+    """The image the containers run: ``base`` (:func:`image_ref`), or with ``triton_python_requirements`` the
+    layer built on it (:func:`pyreqs.image_tag`: a content hash of the base, the index and the pins)."""
+    reqs = python_requirements(cfg)
+    return pyreqs.image_tag(base, reqs, cfg.triton.pip_index) if reqs else base
 
 
 def model_names(cfg: HostConfig) -> list[str]:
@@ -387,6 +424,18 @@ def spec_hash(image: str, args: list[str], cmd: list[str]) -> str:
     return hashlib.sha256(json.dumps([image, args, cmd]).encode()).hexdigest()[:16]
 
 
+def _python_layer(cfg: HostConfig, base: str, image: str) -> None:
+    """Build the python_requirements layer ``image`` on ``base`` (present already): its build context goes to
+    BUILD_DIR/<tag>; a failed pip install fails here, before any container is swapped, in one line."""
+    reqs = python_requirements(cfg)
+    build_dir = posixpath.join(hc.BUILD_DIR, image.rsplit(":", 1)[-1])
+    for fname, content in pyreqs.build_context(base, reqs, cfg.triton.pip_index).items():
+        files.put(name=f"Triton python packages {fname}", src=StringIO(content), dest=f"{build_dir}/{fname}",
+                  mode="644")
+    ops.docker.image(name=f"Triton image {image} (python packages: {len(reqs)})", image=image, source="build",
+                     build_dir=build_dir, pip_log=True)
+
+
 def _image(cfg: HostConfig, image: str) -> None:
     t: Settings = cfg.triton
     source = image_source(cfg)
@@ -421,8 +470,11 @@ def _ecr_login(registry: str) -> None:
 @deploy("Triton")
 def triton() -> None:
     cfg = config_for()
-    image = image_ref(cfg, platform.keyring_file_name(NEURON_REPO))
-    _image(cfg, image)
+    base = image_ref(cfg, platform.keyring_file_name(NEURON_REPO))
+    _image(cfg, base)
+    image = serving_image(cfg, base)
+    if image != base:  # the python layer inherits the base's labels (the Neuron runtime's among them)
+        _python_layer(cfg, base, image)
     if cfg.instance.is_neuron:
         ops.triton.neuron_compat_gate(name="Neuron runtime in the image vs host driver", image=image,
                                       runtime_from_data=container_runtime_version(cfg),
@@ -449,7 +501,8 @@ def triton() -> None:
             ops.triton.models(name=f"Triton server {p.name} models", container=p.name, url=p.local_url,
                               models_dir=cfg.models.dir, previous=hc.MODELS_PREVIOUS, models=models,
                               header=t.repository_header, secret=t.repository_secret,
-                              timeout=t.health_timeout)
+                              timeout=t.health_timeout,
+                              python_requirements=[pin.render() for pin in python_requirements(cfg).pins])
         else:
             ops.triton.ready(name=f"Triton server {p.name} models ready", container=p.name, url=p.local_url,
                              models=models, timeout=t.health_timeout)

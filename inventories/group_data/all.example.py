@@ -297,6 +297,17 @@
 ## server with every device.
 # triton_servers = []
 
+## Extra python packages for python-backend models, built into the serving image on the host: a
+## requirements file on the controller (relative to the directory pyinfra runs in) or a list of
+## lines; every line pins one version (name==version), with --hash on every line or on none (then
+## --require-hashes: list every dependency). None = the image as it is (see README "Python packages
+## in the image").
+# triton_python_requirements = None
+
+## http(s) URL of the package index (PEP 503 simple) the python_requirements build installs from,
+## without credentials (they would stay in the image history); None = PyPI.
+# triton_pip_index = None
+
 ## --shm-size of each container.
 # triton_shm_size = '1g'
 
@@ -381,6 +392,10 @@
 ## Seconds a QA run may take on a host.
 ## bounds: >= 30, <= 86400
 # qa_timeout = 900
+
+## Seconds the runner waits for each Triton server to be ready before that server's suites fail.
+## bounds: >= 1, <= 3600
+# qa_server_wait = 60
 
 ## systemd OnCalendar= of the scheduled QA (make qa-schedule).
 # qa_schedule = 'hourly'

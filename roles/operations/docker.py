@@ -5,18 +5,66 @@ from __future__ import annotations
 import logging
 import posixpath
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from pyinfra import host
-from pyinfra.api import OperationError, StringCommand, operation
+from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
+from pyinfra.api.arguments import ConnectorArguments
+from pyinfra.api.util import print_host_combined_output
 
 from roles.facts.docker import DockerState
+from roles.operations.common import fail
+from tritonfleet import pyreqs
 
 logger = logging.getLogger(__name__)
 
+#: the build's output on the host (``build_dir/build.log``) with ``pip_log``
+BUILD_LOG = "build.log"
+
+
+class ExplainedCommand(FunctionCommand):
+    """A shell command whose failure adds the lines ``explain`` finds in its output: it runs through the
+    controller (the output never leaves the host otherwise), with the operation's connector arguments (sudo,
+    ...); each line is an ``ERROR:`` line on stderr, as :func:`roles.operations.common.fail` prints them."""
+
+    def __init__(self, command: StringCommand, explain: Callable[[str], list[str]]) -> None:
+        super().__init__(self._run, (), {})
+        self.command, self.explain = command, explain
+        self.connector_arguments = cast(ConnectorArguments, dict(command.connector_arguments))  # its stdin
+
+    def __repr__(self) -> str:
+        return f"ExplainedCommand({self.command!r})"
+
+    def _run(self) -> bool:  # pragma: no cover - execute() runs it
+        raise NotImplementedError
+
+    def execute(self, state, host, connector_arguments: ConnectorArguments) -> bool:
+        status, output = self.command.execute(state, host, cast(ConnectorArguments, dict(connector_arguments)))
+        if status is not False:
+            return True
+        if not state.print_output:
+            print_host_combined_output(host, output)
+        arguments: dict[str, Any] = {k: v for k, v in connector_arguments.items() if k != "_stdin"}
+        for line in self.explain(output.output):
+            host.run_shell_command(fail(line), print_output=True, **arguments)
+        return False
+
+
+def explained(command: StringCommand, explain: Callable[[str], list[str]]) -> ExplainedCommand:
+    """``command``, failing with the lines ``explain`` finds in its output besides its own."""
+    return ExplainedCommand(command, explain)
+
+
+def pip_build_failure(output: str) -> list[str]:
+    """The one line of a failed python_requirements build (the package and pip's reason)."""
+    return [f"python packages (triton_python_requirements) did not install: {pyreqs.pip_failure(output)}; "
+            "the running servers are unchanged"]
+
+
 @operation()
 def image(image: str, source: str, archive: str | None = None, build_dir: str | None = None,
-          context_files: Mapping[str, str] | None = None):
+          context_files: Mapping[str, str] | None = None, pip_log: bool = False):
     """
     Make ``image`` present: ``docker load`` an archive, ``docker pull`` it, or build it from ``build_dir``.
 
@@ -25,6 +73,8 @@ def image(image: str, source: str, archive: str | None = None, build_dir: str | 
     + archive: path of a ``docker save`` tarball on the host (source=archive)
     + build_dir: directory on the host with the Dockerfile (source=build)
     + context_files: build-context name -> host file copied in before the build (e.g. repository keys)
+    + pip_log: the build installs python packages: its output goes to ``build_dir/build.log`` on the host, and
+      a failure is one line naming the package and pip's reason (:func:`tritonfleet.pyreqs.pip_failure`)
 
     **Examples:**
 
@@ -63,6 +113,12 @@ def image(image: str, source: str, archive: str | None = None, build_dir: str | 
     elif source == "build":
         for name, src in (context_files or {}).items():
             yield f"cp {q(src)} {q(posixpath.join(build_dir or '', name))}"
-        yield f"DOCKER_BUILDKIT=0 docker build -q -t {q(image)} {q(build_dir or '')}"
+        if not pip_log:
+            yield f"DOCKER_BUILDKIT=0 docker build -q -t {q(image)} {q(build_dir or '')}"
+            return
+        log = q(posixpath.join(build_dir or "", BUILD_LOG))
+        yield explained(StringCommand(
+            f"DOCKER_BUILDKIT=0 docker build -t {q(image)} {q(build_dir or '')} >{log} 2>&1 "
+            f"|| {{ tail -n 400 {log}; exit 1; }}"), pip_build_failure)
     else:
         raise OperationError(f"unknown image source {source!r}")

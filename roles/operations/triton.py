@@ -12,7 +12,8 @@ from roles.facts.accelerators import NeuronState
 from roles.facts.docker import DockerState
 from roles.facts.system import CommandSucceeds
 from roles.operations.common import executing, fail, script
-from tritonfleet import compat
+from roles.operations.docker import explained
+from tritonfleet import compat, pyreqs
 from tritonfleet import hostcontract as hc
 
 logger = logging.getLogger(__name__)
@@ -194,7 +195,7 @@ def ready(container: str, url: str, models: list[str], timeout: int):
 
 @operation()
 def models(container: str, url: str, models_dir: str, previous: str, models: list[str], header: str,
-           secret: str | None, timeout: int = 180):
+           secret: str | None, timeout: int = 180, python_requirements: list[str] | None = None):
     """
     Model gate of a running server in explicit model-control mode: load the models whose files changed
     since the server loaded them (or that are not ready), unload models that left the repository or are
@@ -210,6 +211,8 @@ def models(container: str, url: str, models_dir: str, previous: str, models: lis
     + header: the restricted-API header name
     + secret: its value
     + timeout: seconds to wait for the server itself to be ready (after a reboot, say)
+    + python_requirements: the pins built into the image (``triton_python_requirements``); a python model that
+      fails on a missing module adds a line naming the model, the module and that setting
 
     **Example:**
 
@@ -244,8 +247,10 @@ def models(container: str, url: str, models_dir: str, previous: str, models: lis
     if host.get_fact(CommandSucceeds, command=" && ".join(f"( {c} )" for c in checks)):
         host.noop(f"{container}: {len(models)} models loaded and ready")
         return
-    yield script("triton-models.sh", container, url, int(timeout), models_dir, stamps, previous, *models,
-                 stdin=f"{header}: {secret or ''}\n")
+    listed = pyreqs.parse(python_requirements) if python_requirements else None
+    yield explained(script("triton-models.sh", container, url, int(timeout), models_dir, stamps, previous, *models,
+                           stdin=f"{header}: {secret or ''}\n"),
+                    lambda output: pyreqs.import_hints(output, listed))
 
 
 @operation(is_idempotent=False)

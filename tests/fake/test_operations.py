@@ -26,6 +26,8 @@ import pytest
 from pyinfra.api import FileUploadCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
 
+from roles.operations.docker import ExplainedCommand
+
 CASES = Path(__file__).parent / "operations"
 ROOT = Path(__file__).resolve().parents[2]
 FACT_MODULES = ("roles.facts.system", "roles.facts.packages", "roles.facts.docker", "roles.facts.accelerators",
@@ -74,6 +76,8 @@ class FakeHost:
 
 
 def _shown(command) -> str | list:
+    if isinstance(command, ExplainedCommand):  # the command it runs (its failure explained on the controller)
+        command = command.command
     if isinstance(command, FileUploadCommand):
         return f"upload {command.dest}"
     if isinstance(command, StringCommand) and list(command.bits[:2]) == ["sh", "-c"]:
