@@ -118,11 +118,34 @@ def test_models_option_stands_in_for_the_hosts_models_source(tmp_path, repo):
     assert "resnet 1 x 10 MiB" in result.output
 
 
+def test_an_s3_repository_is_planned_from_its_listing_and_configs(tmp_path, repo, monkeypatch):
+    """The artifacts' sizes come from the S3 listing (sparse stand-ins, nothing downloaded but config.pbtxt), the
+    declared footprints from the configs: the same plan as the local repository it was uploaded from (moto)."""
+    import boto3
+    from moto import mock_aws
+
+    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="models")
+        for f in repo.rglob("*"):
+            if f.is_file():
+                s3.put_object(Bucket="models", Key=f"fleet/{f.relative_to(repo)}", Body=f.read_bytes())
+        inv = _inventory(tmp_path, [("inf2-1", {"instance_type": "inf2.xlarge", "triton_models": ["bert", "resnet"],
+                                                "models_s3_uri": "s3://models/fleet", "models_s3_region": "us-east-1"})])
+        from_s3 = run("--inventory", inv)
+        given = run("--inventory", inv, "--models", "s3://models/fleet/")
+        missing = run("--inventory", inv, "--models", "s3://models/nothing-here")
+    local = run("--inventory", inv, "--models", str(repo))
+    assert "resnet 1 x 10 MiB (estimated)" in local.output and "bert 2 x 12288 MiB" in local.output
+    table = lambda r: [line for line in r.output.splitlines() if "MiB" in line]  # noqa: E731
+    assert table(from_s3) == table(local) == table(given), from_s3.output
+    assert from_s3.exit_code == local.exit_code
+    assert _one_line_error(missing) == "Error: s3://models/nothing-here: no objects under this prefix"
+
+
 @pytest.mark.parametrize(("hosts", "args", "expected"), [
-    ([("h", {"instance_type": "inf2.xlarge"})], ["--models", "s3://bucket/models"],
-     "s3://bucket/models: S3 repositories are not supported yet: give a local directory (--models DIR)"),
-    ([("h", {"instance_type": "inf2.xlarge", "models_s3_uri": "s3://bucket/m"})], [],
-     "s3://bucket/m: S3 repositories are not supported yet"),
     ([("h", {"instance_type": "inf2.xlarge"})], [], "h: no model repository: give --models DIR"),
     ([("h", {"instance_type": "inf2.xlarge"})], ["--models", "/nonexistent/repo"],
      "/nonexistent/repo: no such model repository directory"),

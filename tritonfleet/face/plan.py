@@ -9,7 +9,8 @@ models it loads with their footprints (:mod:`tritonfleet.footprint`) and the MiB
 do not fit is an error line, and the exit code is 1 (the line preflight refuses the deploy with, which
 ``plan`` shows in its table instead). The models a server loads: its own ``models`` when the server entry has them, else the
 host's ``triton_models``, else every model of the repository. The repository: ``--models DIR``, else the host's
-``models_source`` (a local directory; S3 repositories are not read yet).
+``models_source`` or ``models_s3_uri`` (an S3 repository is read from its listing and its config.pbtxt files
+only: :func:`s3_skeleton`).
 
 With ``--pack models.yaml``: places the listed models' replicas on the inventory's devices (first fit
 decreasing, :mod:`tritonfleet.packing`) and prints the proposed ``triton_servers`` per host (a Python literal to
@@ -89,7 +90,7 @@ class ServerPlan:
 
 # -- the inventory's servers --------------------------------------------------------------------------------
 
-def _local_repository(models: str | None, host: str, cfg: Any) -> Path:
+def _local_repository(models: str | None, host: str, cfg: Any, mirrors: dict[str, Path] | None = None) -> Path:
     where = models or cfg.models.source
     if where is None:
         if cfg.models.s3_uri:
@@ -97,11 +98,58 @@ def _local_repository(models: str | None, host: str, cfg: Any) -> Path:
         else:
             raise PlanError(f"{host}: no model repository: give --models DIR (or set models_source)")
     if str(where).startswith("s3://"):
-        raise PlanError(f"{where}: S3 repositories are not supported yet: give a local directory (--models DIR)")
+        cache = mirrors if mirrors is not None else {}
+        if where not in cache:
+            cache[where] = s3_skeleton(where, endpoint=cfg.models.s3_endpoint, region=cfg.models.s3_region)
+        return cache[where]
     path = Path(where)
     if not path.is_dir():
         raise PlanError(f"{where}: no such model repository directory")
     return path
+
+
+def s3_skeleton(uri: str, endpoint: str | None = None, region: str | None = None) -> Path:
+    """A local stand-in of the S3 repository ``uri`` for the footprint rules: every ``config.pbtxt`` downloaded,
+    every other object a sparse file of its size (so the artifacts' sizes are what they are in S3, without
+    downloading them). One listing and one GET per model; a client with the fleet's retries."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from tritonfleet.fleet.aws import client_config
+
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+    if not bucket:
+        raise PlanError(f"{uri}: expected s3://bucket/prefix")
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name=region, config=client_config())
+    root = Path(tempfile.mkdtemp(prefix="tritonfleet-plan-"))
+    atexit.register(shutil.rmtree, root, True)  # sparse files: no space taken, but no leftovers either
+    found = 0
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                rel = obj["Key"][len(prefix):]
+                parts = rel.split("/")
+                if not rel or rel.endswith("/") or any(x in ("", ".", "..") for x in parts):
+                    continue
+                path = root.joinpath(*parts)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if parts[-1] == "config.pbtxt" and len(parts) == 2:
+                    path.write_bytes(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+                else:
+                    with open(path, "wb") as fh:
+                        fh.truncate(int(obj["Size"]))
+                found += 1
+    except (BotoCoreError, ClientError) as exc:
+        raise PlanError(f"{uri}: S3: {' '.join(str(exc).split())[:300]}") from None
+    if not found:
+        raise PlanError(f"{uri}: no objects under this prefix")
+    return root
 
 
 def server_models(cfg: Any, placement: Any) -> list[str] | None:
@@ -127,20 +175,21 @@ def inventory_plan(inventory: str | Path, models: str | None = None,
     from tritonfleet.access.inventory import load_inventory
     from tritonfleet.config import load_host_config
 
-    if models is not None and models.startswith("s3://"):
-        raise PlanError(f"{models}: S3 repositories are not supported yet: give a local directory (--models DIR)")
     plans: list[ServerPlan] = []
+    mirrors: dict[str, Path] = {}  # one skeleton per S3 repository
     roles = all_roles()
     for host, data in load_inventory(inventory):
         if models is not None:  # --models stands in for the host's own repository
             data = {**data, "models_source": None}
+            if models.startswith("s3://"):
+                data = {**data, "models_s3_uri": models}
         # the plan checks the memory itself, and shows a server that does not fit in its table (preflight's
         # check would refuse the host's data with the same line)
         cfg = load_host_config(host, {**data, "triton_memory_check": False}, roles)
         headroom = cfg.triton.memory_headroom_pct if headroom_pct is None else headroom_pct
         if not cfg.instance.has_accelerator:
             continue
-        repo = _local_repository(models, host, cfg)
+        repo = _local_repository(models, host, cfg, mirrors)
         accelerator: Literal["neuron", "gpu"] = "neuron" if cfg.instance.is_neuron else "gpu"
         for p in cfg.triton.placements:
             capacity = server_capacity(cfg.instance, p, headroom)
@@ -354,9 +403,10 @@ def print_packing(packing: Packing, types: dict[str, str], fmt: str = "python") 
 @click.command()
 @click.option("--inventory", "-i", envvar="TRITONFLEET_INVENTORY", required=True,
               help="pyinfra inventory file (or set TRITONFLEET_INVENTORY).")
-@click.option("--models", "models", default=None, metavar="DIR",
-              help="Local model repository (<model>/config.pbtxt, <model>/<version>/); default: each host's "
-                   "models_source. With --pack: where entries with only a name are estimated from.")
+@click.option("--models", "models", default=None, metavar="DIR|s3://…",
+              help="Model repository (<model>/config.pbtxt, <model>/<version>/), local or s3://bucket/prefix; "
+                   "default: each host's models_source or models_s3_uri. With --pack: a local directory where "
+                   "entries with only a name are estimated from.")
 @click.option("--pack", "pack_file", default=None, metavar="MODELS_YAML",
               help="Place the models this file lists on the inventory's devices and print the proposed "
                    "triton_servers per host.")
