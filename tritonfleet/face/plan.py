@@ -118,15 +118,13 @@ def s3_skeleton(uri: str, endpoint: str | None = None, region: str | None = None
 
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from tritonfleet.fleet.aws import client_config
+    from tritonfleet.fleet import aws
 
     bucket, _, prefix = uri[len("s3://"):].partition("/")
     prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
     if not bucket:
         raise PlanError(f"{uri}: expected s3://bucket/prefix")
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name=region, config=client_config())
+    s3 = aws.client("s3", region, endpoint=endpoint)
     root = Path(tempfile.mkdtemp(prefix="tritonfleet-plan-"))
     atexit.register(shutil.rmtree, root, True)  # sparse files: no space taken, but no leftovers either
     found = 0

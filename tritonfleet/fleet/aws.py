@@ -33,10 +33,11 @@ def client_config() -> Any:
                   read_timeout=60)
 
 
-def client(service: str, region: str | None, session: Any = None) -> Any:
-    """A boto3 client with :func:`client_config` (``session``: boto3's default chain when None); its failed
-    attempts are logged at DEBUG (:func:`_log_attempt`)."""
-    made = (session or boto3).client(service, region_name=region, config=client_config())
+def client(service: str, region: str | None, session: Any = None, endpoint: str | None = None) -> Any:
+    """A boto3 client with :func:`client_config` (``session``: boto3's default chain when None; ``endpoint``:
+    an S3-compatible store's URL, None for AWS); its failed attempts are logged at DEBUG (:func:`_log_attempt`)."""
+    extra = {"endpoint_url": endpoint} if endpoint else {}
+    made = (session or boto3).client(service, region_name=region, config=client_config(), **extra)
     events = getattr(getattr(made, "meta", None), "events", None)  # None: a stand-in of tests
     if events is not None:
         events.register("needs-retry", _log_attempt)
