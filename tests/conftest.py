@@ -66,6 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in OTHER_MARKERS:
         config.addinivalue_line("markers", line)
     config.pluginmanager.register(TeardownLast(), "tritonfleet-teardown-last")
+    config.pluginmanager.register(GroupTimes(), "tritonfleet-group-times")
 
 
 def in_ci() -> bool:
@@ -138,6 +139,29 @@ class TeardownLast:
         last_e2e = max((n for n, i in enumerate(rest) if i.get_closest_marker("e2e") is not None),
                        default=len(rest) - 1)
         items[:] = rest[:last_e2e + 1] + down + rest[last_e2e + 1:]
+
+
+class GroupTimes:
+    """Sums the time of setup, call and teardown per XDIST_GROUPS group and per layer, and prints it at the
+    end: the suite's wall time is that of its slowest group, so this says where time is to be won."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, float] = {}
+        self.layers: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        path = report.nodeid.split("::", 1)[0]
+        layer = layer_of(ROOT / path) if path.startswith("tests/") else None
+        group = XDIST_GROUPS.get(layer or "", "host")
+        self.groups[group] = self.groups.get(group, 0.0) + report.duration
+        self.layers[layer or "?"] = self.layers.get(layer or "?", 0.0) + report.duration
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if getattr(terminalreporter.config, "workerinput", None) is not None or not self.groups:
+            return
+        line = ", ".join(f"{g} {t:.0f} s" for g, t in sorted(self.groups.items()))
+        layers = ", ".join(f"{g} {t:.0f} s" for g, t in sorted(self.layers.items()))
+        terminalreporter.write_line(f"time per worker group: {line} (per layer: {layers})")
 
 
 def _allowed_skip(node) -> bool:
