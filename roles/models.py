@@ -241,6 +241,10 @@ def _s3_sync(cfg: HostConfig) -> None:
     _verify_schedule(cfg)
 
 
+#: hosts whose S3 sync waits until their servers run the new image with python packages (``models_after_image``)
+_AFTER_IMAGE: set[str] = set()
+
+
 @deploy("Models")
 def models() -> None:
     cfg = config_for()
@@ -250,6 +254,14 @@ def models() -> None:
         return
     files.directory(name="Model repository directory", path=m.dir, mode="755")
     if m.s3_uri:
+        from roles import triton as triton_role  # roles.triton imports this module
+
+        pending = triton_role.python_image_pending(cfg)
+        if pending:  # the sync waits for the new image: models_after_image, after the triton role
+            _AFTER_IMAGE.add(host.name)
+            host.noop(f"model repository: synced after server(s) {', '.join(pending)} run their new image "
+                      "(triton_python_requirements changed)")
+            return
         _s3_sync(cfg)
     elif m.source:
         # A killed upload leaves a partial file in the staging copy only; the live repository is switched
@@ -263,3 +275,14 @@ def models() -> None:
                                  previous=hc.MODELS_PREVIOUS, only_if_empty=True)
     else:
         host.noop("neither models_s3_uri nor models_source is set; the model repository is managed elsewhere")
+
+
+@deploy("Models (after a new serving image)")
+def models_after_image() -> None:
+    """The S3 sync that :func:`models` left for after the triton role, when the servers' image changed with
+    ``triton_python_requirements``: a new model that needs a new package is loaded live on the new image, and
+    a build that failed stopped the host's run before its repository changed. Nothing otherwise."""
+    if host.name not in _AFTER_IMAGE:
+        return
+    _AFTER_IMAGE.discard(host.name)
+    _s3_sync(config_for())

@@ -30,6 +30,7 @@ from roles import models as models_role
 from roles import operations as ops
 from roles import platform
 from roles.context import config_for
+from roles.facts.docker import NamedContainers
 from roles.neuron import REPO_ID as NEURON_REPO
 from roles.neuron import dkms_pin
 from tritonfleet import compat, footprint, pyreqs
@@ -354,6 +355,19 @@ def serving_image(cfg: HostConfig, base: str) -> str:
     layer built on it (:func:`pyreqs.image_tag`: a content hash of the base, the index and the pins)."""
     reqs = python_requirements(cfg)
     return pyreqs.image_tag(base, reqs, cfg.triton.pip_index) if reqs else base
+
+
+def python_image_pending(cfg: HostConfig) -> list[str]:
+    """Servers of this host whose running container is to get a new image with python packages in this run
+    (``triton_python_requirements`` set, the container's image another): the models role syncs them after the
+    swap (:func:`roles.models.models_after_image`), so that a new model needing a new package loads on the image
+    that has it, and a failed build leaves the repository as it was."""
+    if not python_requirements(cfg):
+        return []
+    want = serving_image(cfg, image_ref(cfg, platform.keyring_file_name(NEURON_REPO)))
+    names = tuple(p.name for p in cfg.triton.placements)
+    running = host.get_fact(NamedContainers, names=names) if names else {}
+    return sorted(n for n, c in running.items() if c.get("image") != want)
 
 
 def model_names(cfg: HostConfig) -> list[str]:

@@ -42,6 +42,12 @@ LAYERS = {
 # GroupScheduling below does the grouping: xdist 3.8's own `xdist_group` marks have no effect under pytest 9.2
 # (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
 XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "host", "sandbox": "fleet", "e2e": "fleet"}
+# Of the sandbox layer, only these files touch the machine's sandbox state (its state dir, machines, bridge and
+# ports) and so run on the fleet worker after the e2e tests; the other builders' tests (images, packages,
+# repositories, the PyPI index, IMDS) work in temporary directories and on loopback, and run on the host
+# worker, which has the time to spare (`make test` prints the time per group at the end).
+SANDBOX_FLEET_FILES = {"test_sandbox_fleet.py", "test_sandbox_machine.py", "test_sandbox_lb.py",
+                       "test_sandbox_hostrun.py"}
 
 # First match wins: (top folder under tests/, file name glob, layer). A test file no rule matches is a
 # usage error, so a new folder has to say which layer it belongs to.
@@ -119,8 +125,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 def xdist_group_of(nodeid: str) -> str:
-    """The XDIST_GROUPS group of a test, by its file's layer."""
-    return XDIST_GROUPS.get(layer_of(ROOT / nodeid.split("::", 1)[0]) or "", "host")
+    """The XDIST_GROUPS group of a test, by its file's layer (and SANDBOX_FLEET_FILES)."""
+    path = ROOT / nodeid.split("::", 1)[0]
+    layer = layer_of(path) or ""
+    if layer == "sandbox" and path.name not in SANDBOX_FLEET_FILES:
+        return "host"
+    return XDIST_GROUPS.get(layer, "host")
 
 
 class TeardownLast:
@@ -148,13 +158,15 @@ class GroupTimes:
     def __init__(self) -> None:
         self.groups: dict[str, float] = {}
         self.layers: dict[str, float] = {}
+        self.files: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report) -> None:
         path = report.nodeid.split("::", 1)[0]
         layer = layer_of(ROOT / path) if path.startswith("tests/") else None
-        group = XDIST_GROUPS.get(layer or "", "host")
+        group = xdist_group_of(report.nodeid) if layer else "host"
         self.groups[group] = self.groups.get(group, 0.0) + report.duration
         self.layers[layer or "?"] = self.layers.get(layer or "?", 0.0) + report.duration
+        self.files[path] = self.files.get(path, 0.0) + report.duration
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if getattr(terminalreporter.config, "workerinput", None) is not None or not self.groups:
@@ -162,6 +174,9 @@ class GroupTimes:
         line = ", ".join(f"{g} {t:.0f} s" for g, t in sorted(self.groups.items()))
         layers = ", ".join(f"{g} {t:.0f} s" for g, t in sorted(self.layers.items()))
         terminalreporter.write_line(f"time per worker group: {line} (per layer: {layers})")
+        slowest = sorted(self.files.items(), key=lambda kv: -kv[1])[:15]
+        terminalreporter.write_line("slowest files: " + ", ".join(f"{p.removeprefix('tests/')} {t:.0f} s"
+                                                                   for p, t in slowest))
 
 
 def _allowed_skip(node) -> bool:

@@ -8,11 +8,13 @@ import shlex
 
 from pyinfra import host
 from pyinfra import logger as pyinfra_logger
-from pyinfra.api import operation
+from pyinfra.api import StringCommand, operation
 
 from roles.facts.models import AgentState, ModelSyncPlan
 from roles.facts.system import CommandSucceeds
 from roles.operations.common import script
+from roles.operations.docker import explained
+from tritonfleet.pipreport import import_hints
 
 # Decisions, for debugging (pyinfra's CLI shows them with --debug-all); what the user must see goes to
 # pyinfra's own logger, which its CLI prints with the host's name.
@@ -135,7 +137,8 @@ def sync(command: list[str]):
     logger.debug("%s: the agent's dry run says sync (status %s, current version %s, files %s, %d damaged, "
                  "reload %s)", host.name, plan.get("status"), plan.get("version"),
                  {k: len(v) for k, v in files.items() if isinstance(v, list)}, len(damaged), plan.get("reload"))
-    yield line
+    # a python model that fails to load on a missing module: one line naming it and triton_python_requirements
+    yield explained(StringCommand(line), import_hints)
 
 
 @operation()

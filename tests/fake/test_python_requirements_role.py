@@ -18,6 +18,7 @@ import roles.operations.triton as triton_ops
 from roles.preflight import PreflightError
 from roles.triton import image_ref, serving_image, triton
 from tests.fake.fakehost import run_deploys
+from tests.fake.test_models_role import small_wheelhouse  # noqa: F401 - the agent's wheelhouse, a fixture
 from tests.fake.test_roles import DATA
 from tests.hostconfigs import host_config
 from tritonfleet import pyreqs
@@ -222,3 +223,46 @@ def test_a_gate_failure_without_a_missing_module_adds_nothing(monkeypatch, tmp_p
                     responses={re.compile(r"' triton-models\.sh "): {
                         "success": False, "stderr": ["ERROR: model m did not load (HTTP 400): bad config"]}})
     assert failures(seen) == [] and any("' triton-models.sh " in c for c in seen)
+
+
+# --------------------------------------------------------------- S3 models and a new image: the sync waits
+
+S3 = {"models_s3_uri": "s3://models-bucket/prod", "models_s3_region": "eu-west-1"}
+AGENT = {"sys.version_info": ["3.11", "x86_64", "none"]}
+RUNNING = 's|^|$n |'  # what the NamedContainers fact's command holds
+
+
+def _order(rec) -> tuple[int, int]:
+    """(index of the agent's sync, index of the container swap) among the run's commands."""
+    sync = [i for i, c in enumerate(rec.commands) if "tritonfleet-agent sync" in c and "--dry-run" not in c]
+    swap = [i for i, c in enumerate(rec.commands) if "' triton-swap.sh " in c]
+    assert len(sync) == 1 and len(swap) == 1, (sync, swap)
+    return sync[0], swap[0]
+
+
+@pytest.mark.usefixtures("small_wheelhouse")
+@pytest.mark.parametrize("host_type", [NEURON, GPU])
+def test_a_new_python_image_is_swapped_in_before_the_s3_sync_loads_new_models(monkeypatch, host_type):
+    """A model that needs a package new in this run must load on the image that has it: with the running
+    container on another image, the S3 sync (and its live reload) comes after the swap."""
+    from tests.fake.test_roles import SERVE_DEPLOY
+
+    data = {**host_type, **S3, "triton_python_requirements": REQS}
+    rec = run_deploys(SERVE_DEPLOY, data, "ubuntu2204", monkeypatch,
+                      responses={**AGENT, RUNNING: ['triton true {} "tritonfleet/plain:1"']})
+    sync, swap = _order(rec)
+    assert swap < sync
+
+
+@pytest.mark.usefixtures("small_wheelhouse")
+@pytest.mark.parametrize("running", [None, "wanted"])
+def test_the_s3_sync_comes_first_on_a_new_host_and_when_the_image_stays(monkeypatch, running):
+    from tests.fake.test_roles import SERVE_DEPLOY
+
+    data = {**GPU, **S3, "triton_python_requirements": REQS}
+    cfg = host_config(data)
+    wanted = serving_image(cfg, image_ref(cfg))
+    responses = {**AGENT, RUNNING: [f'triton true {{}} "{wanted}"'] if running else []}
+    rec = run_deploys(SERVE_DEPLOY, data, "ubuntu2204", monkeypatch, responses=responses)
+    sync, swap = _order(rec)
+    assert sync < swap

@@ -335,6 +335,7 @@ def _up(specs: list[HostSpec]) -> dict:
     state["supplies"] = {
         "image_archive": str(supplies["image_archive"]),
         "repos": {k: _repo_dict(v) for k, v in supplies["repos"].items()},
+        "pypi": supplies.get("pypi"),
     }
     save_state(state)
     counts = services.write_monitoring_targets()

@@ -33,7 +33,8 @@ RECIPE_VERSION = "1"
 TRITON_VERSION = "2.51.0"
 DEFAULT_TAG = "tritonfleet-sandbox/tritonserver:2.51.0-sandbox"
 DEFAULT_NEURON_RUNTIME = "2.34.10.0"
-BASE_INCLUDE = ("python3-numpy", "libpython3.11", "libstdc++6")
+#: pip: triton_python_requirements builds install with it, as in NGC's images
+BASE_INCLUDE = ("python3-numpy", "python3-pip", "libpython3.11", "libstdc++6")
 #: the base layer's entry in an image's history (every sandbox image starts with it)
 BASE_HISTORY = {"created": CREATED, "created_by": "mmdebstrap --variant=essential --include="
                 + ",".join(BASE_INCLUDE) + " bookworm"}

@@ -42,6 +42,8 @@ def sandbox_hosts(names: list[str] | None = None, *, accelerated: bool | None = 
         "monitoring_dcgm_image_source": "archive",
         "monitoring_dcgm_image_archive": f"/srv/images/{DCGM_ARCHIVE}",
     }
+    if supplies.get("pypi"):  # the repository server's PyPI simple index: triton_python_requirements builds
+        common["triton_pip_index"] = layout.pypi_index_url()
     if "neuron" in repos:
         neuron = repos["neuron"]
         common.update({
