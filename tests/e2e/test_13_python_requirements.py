@@ -44,8 +44,11 @@ def _tree() -> dict[str, bytes]:
     return tree
 
 
-def _container(host: str) -> dict:
-    c = json.loads(ssh(host, "docker inspect triton").stdout)[0]
+def _container(host: str) -> dict | None:
+    out = ssh(host, "docker inspect triton 2>/dev/null || true").stdout.strip()
+    if not out or out == "[]":
+        return None
+    c = json.loads(out)[0]
     return {"id": c["Id"], "image": c["Config"]["Image"]}
 
 
@@ -94,13 +97,24 @@ def built(repo):
     """Runs 1 and 2: the plain image fails on the missing module, the requirements make it serve."""
     before = {h: _container(h) for h in HOSTS}
     plain = pyinfra(repo(), "deploys/serve.py")
+    serving = {h: _answers(h) for h in HOSTS}  # after the failed run: what served before still serves
     with_reqs = pyinfra(repo({h: {"triton_python_requirements": EMOJI} for h in HOSTS}), "deploys/serve.py")
-    return before, plain, with_reqs
+    return before, (plain, serving), with_reqs
+
+
+def _answers(host: str) -> bool | None:
+    """add_sub answers 3.0 (True), answers wrongly (False), or the host serves nothing (None)."""
+    try:
+        return _add_sub(host) == 3.0
+    except Exception:  # noqa: BLE001 - nothing serving
+        return None
 
 
 def test_a_model_needing_a_package_fails_on_the_plain_image_naming_module_and_setting(built):
-    before, plain, _ = built
+    before, (plain, serving), _ = built
     assert plain.returncode != 0
+    for host in HOSTS:  # a host that served before (the e2e fleet's earlier tests served both) still does
+        assert serving[host] is (True if before[host] else None), (host, serving[host])
     hint = ("model emoji_echo: python backend: No module named 'emoji': add it to triton_python_requirements "
             "(pinned, e.g. emoji==")
     for host in HOSTS:
@@ -113,7 +127,8 @@ def test_with_the_requirements_each_host_builds_its_image_and_serves_the_model(b
     assert run.returncode == 0, run.output[-6000:]
     for host in HOSTS:
         c = _container(host)
-        assert c["image"].startswith(f"{pyreqs.IMAGE_REPOSITORY}:") and c["id"] != before[host]["id"], host
+        assert c is not None and c["image"].startswith(f"{pyreqs.IMAGE_REPOSITORY}:"), host
+        assert before[host] is None or c["id"] != before[host]["id"], host
         assert _emojize(host) == "\N{THUMBS UP SIGN}", host
         assert _add_sub(host) == 3.0, host
         label = ssh(host, f"docker image inspect -f '{{{{index .Config.Labels \"{pyreqs.LABEL}\"}}}}' "
