@@ -258,7 +258,10 @@ def import_hint(model: str, text: str, listed: Requirements | None = None, versi
     return f"{head}: add it to triton_python_requirements (pinned, e.g. {dist}=={version or '<version>'})"
 
 
-_MODEL = re.compile(r"model (?:'([^']+)'|([^\s:']+)) (?:did not load|is not ready)|(?:for|load) model '([^']+)'")
+#: the model a line of a gate's or Triton's output is about: the gates' ``model M did not load``, Triton's
+#: ``load failed for model 'M'`` and ``failed to load 'M' version 1``, and its model table's ``| M | 1 | UNAVAILABLE``
+_MODEL = re.compile(r"model (?:'([^']+)'|([^\s:']+)) (?:did not load|is not ready)|(?:for|load) model '([^']+)'"
+                    r"|failed to load '([^']+)'|^\W*\|\s*([^\s|]+)\s*\|\s*\d+\s*\|\s*UNAVAILABLE")
 
 
 def import_hints(output: str, listed: Requirements | None = None) -> list[str]:
@@ -274,4 +277,6 @@ def import_hints(output: str, listed: Requirements | None = None) -> list[str]:
         hint = import_hint(model, line, listed)
         if hint and model not in hints:
             hints[model] = hint
+    if len(hints) > 1:  # a line that names no model (the python stub's own) adds nothing to those that do
+        hints.pop("?", None)
     return list(hints.values())

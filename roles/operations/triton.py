@@ -129,8 +129,9 @@ def container(container: str, image: str, spec_hash: str, run_args: list[str], c
     logger.debug("%s: container %s: %s", host.name, name, "new" if current is None else
                  f"swapped (spec {current['spec']} -> {spec_hash}, image {current.get('image_id')} -> {image_id}, "
                  f"running: {current['running']})")
-    yield script("triton-swap.sh", name, hc.record_path(name), record.to_json(), url, int(timeout),
-                 ",".join(models), "--", *run_args, image, *command, secret=secret)
+    # a python model that fails to load at the start on a missing module: one line naming it and the setting
+    yield explained(script("triton-swap.sh", name, hc.record_path(name), record.to_json(), url, int(timeout),
+                           ",".join(models), "--", *run_args, image, *command, secret=secret), pyreqs.import_hints)
 
 
 @operation()
@@ -190,7 +191,7 @@ def ready(container: str, url: str, models: list[str], timeout: int):
     if host.get_fact(CommandSucceeds, command=probe):
         host.noop(f"{container} is ready ({len(models)} models)")
         return
-    yield script("triton-ready.sh", container, url, int(timeout), *models)
+    yield explained(script("triton-ready.sh", container, url, int(timeout), *models), pyreqs.import_hints)
 
 
 @operation()

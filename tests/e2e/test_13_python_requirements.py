@@ -96,8 +96,9 @@ def repo(sandbox, tmp_path_factory):
 def built(repo):
     """Runs 1 and 2: the plain image fails on the missing module, the requirements make it serve."""
     before = {h: _container(h) for h in HOSTS}
+    answered = {h: _answers(h) for h in HOSTS}
     plain = pyinfra(repo(), "deploys/serve.py")
-    serving = {h: _answers(h) for h in HOSTS}  # after the failed run: what served before still serves
+    serving = {h: (answered[h], _answers(h)) for h in HOSTS}  # after the failed run: what served still serves
     with_reqs = pyinfra(repo({h: {"triton_python_requirements": EMOJI} for h in HOSTS}), "deploys/serve.py")
     return before, (plain, serving), with_reqs
 
@@ -114,7 +115,8 @@ def test_a_model_needing_a_package_fails_on_the_plain_image_naming_module_and_se
     before, (plain, serving), _ = built
     assert plain.returncode != 0
     for host in HOSTS:  # a host that served before (the e2e fleet's earlier tests served both) still does
-        assert serving[host] is (True if before[host] else None), (host, serving[host])
+        was, now = serving[host]
+        assert now is True or was is not True, (host, was, now)
     hint = ("model emoji_echo: python backend: No module named 'emoji': add it to triton_python_requirements "
             "(pinned, e.g. emoji==")
     for host in HOSTS:

@@ -329,6 +329,32 @@ def test_hints_from_the_model_gates_output():
     assert pyreqs.import_hints("all 3 models ready\n") == []
 
 
+#: a new container's health gate on a fresh sandbox host (the e2e run of test_13, 2026-11-27): Triton's own log
+SWAP_GATE = """ERROR: Triton server triton is not running (restarting 2); first error lines of its log:
+I1127 09:19:41.349102 19 pb_stub.cc:298]  Failed to initialize Python stub for auto-complete: ModuleNotFoundError: \
+No module named 'emoji'
+E1127 09:19:41.352906 1 model_lifecycle.cc:642] "failed to load 'emoji_echo' version 1: Internal: \
+ModuleNotFoundError: No module named 'emoji'\\n\\nAt:\\n  /models/current/emoji_echo/1/emoji_echo.py(10): <module>"
+I1127 09:19:41.353154 1 model_lifecycle.cc:777] "failed to load 'emoji_echo'"
+| emoji_echo | 1       | UNAVAILABLE: Internal: ModuleNotFoundError: No module named 'emoji' |
+| tabled     | 1       | UNAVAILABLE: Internal: ModuleNotFoundError: No module named 'tabulate' |
+ERROR: the new triton failed its health gate; there was no previous container to roll back to
+"""
+
+
+def test_hints_from_a_new_containers_health_gate():
+    """Models loaded at the start: Triton's log lines and its model table name them; the python stub's own line
+    (no model named) adds nothing."""
+    assert pyreqs.import_hints(SWAP_GATE) == [
+        "model emoji_echo: python backend: No module named 'emoji': add it to triton_python_requirements (pinned, "
+        "e.g. emoji==<version>)",
+        "model tabled: python backend: No module named 'tabulate': add it to triton_python_requirements (pinned, "
+        "e.g. tabulate==<version>)",
+    ]
+    stub_only = SWAP_GATE.splitlines()[1:2]
+    assert [h.split(":")[0] for h in pyreqs.import_hints("\n".join(stub_only))] == ["model ?"]
+
+
 def test_the_output_and_hint_functions_need_no_packaging():
     """A host's agent has no ``packaging``: only the parser imports it."""
     code = ("import sys; sys.modules['packaging'] = None\n"
