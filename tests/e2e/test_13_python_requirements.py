@@ -4,8 +4,9 @@ model that imports ``emoji``, which the plain image lacks; the sandbox's reposit
 index with emoji and tabulate (``triton_pip_index`` in the sandbox inventory). Asserted from outside: the
 deploy's output, tritonclient on each host, and ``docker inspect`` over SSH.
 
-1. Plain image: the run fails with Triton's reason in one line naming the model, the module and the setting,
-   and each host goes on serving what it served (add_sub answers).
+1. Plain image: the model update (``deploys/models.py``; ``serve.py`` on hosts that serve nothing yet) fails with
+   Triton's reason in one line naming the model, the module and the setting, and each host goes on serving what
+   it served (add_sub answers).
 2. ``triton_python_requirements`` (pinned, with hashes): the image is built on each host and emoji_echo serves.
 3. The same again: nothing changes (no build, same containers).
 4. The Neuron host's requirements change (tabulate added): a new image, the container swapped through the health
@@ -97,7 +98,8 @@ def built(repo):
     """Runs 1 and 2: the plain image fails on the missing module, the requirements make it serve."""
     before = {h: _container(h) for h in HOSTS}
     answered = {h: _answers(h) for h in HOSTS}
-    plain = pyinfra(repo(), "deploys/serve.py")
+    # on serving hosts (the suite's earlier tests served both) the model update alone shows it: deploys/models.py
+    plain = pyinfra(repo(), "deploys/models.py" if all(answered.values()) else "deploys/serve.py")
     serving = {h: (answered[h], _answers(h)) for h in HOSTS}  # after the failed run: what served still serves
     with_reqs = pyinfra(repo({h: {"triton_python_requirements": EMOJI} for h in HOSTS}), "deploys/serve.py")
     return before, (plain, serving), with_reqs
