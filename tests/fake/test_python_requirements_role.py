@@ -266,3 +266,33 @@ def test_the_s3_sync_comes_first_on_a_new_host_and_when_the_image_stays(monkeypa
     rec = run_deploys(SERVE_DEPLOY, data, "ubuntu2204", monkeypatch, responses=responses)
     sync, swap = _order(rec)
     assert sync < swap
+
+
+AGENT_SYNC_FAILED = {"success": False, "stderr": [
+    "tritonfleet-agent: error: model emoji_echo did not load (load failed for model 'emoji_echo': version 1 is at "
+    "UNAVAILABLE state: Internal: ModuleNotFoundError: No module named 'emoji'); switched back to "
+    "000001-20261127T091900Z"]}
+
+
+@pytest.mark.usefixtures("small_wheelhouse")
+def test_an_s3_sync_whose_reload_fails_on_a_missing_module_names_the_setting(monkeypatch):
+    from roles.agent import agent
+    from roles.models import models
+
+    seen = recording(monkeypatch)
+    with pytest.raises((AssertionError, PyinfraError)):
+        run_deploys([agent, models], {**GPU, **S3}, "ubuntu2204", monkeypatch,
+                    responses={**AGENT, re.compile(r"tritonfleet-agent sync (?!.*--dry-run)"): AGENT_SYNC_FAILED})
+    assert failures(seen) == ["ERROR: model emoji_echo: python backend: No module named 'emoji': add it to "
+                              "triton_python_requirements (pinned, e.g. emoji==<version>)"]
+
+
+def test_a_new_container_failing_its_gate_on_a_missing_module_names_the_setting(monkeypatch):
+    from tests.unit.test_pyreqs import SWAP_GATE
+
+    seen = recording(monkeypatch)
+    with pytest.raises((AssertionError, PyinfraError)):
+        run_deploys(triton, GPU, "ubuntu2204", monkeypatch,
+                    responses={re.compile(r"' triton-swap\.sh "): {"success": False,
+                                                                   "stderr": SWAP_GATE.splitlines()}})
+    assert [f.split(": ")[1] for f in failures(seen)] == ["model emoji_echo", "model tabled"]
