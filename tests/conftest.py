@@ -151,6 +151,27 @@ class TeardownLast:
         items[:] = rest[:last_e2e + 1] + down + rest[last_e2e + 1:]
 
 
+_RENICED: list[bool] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under ``make test`` (xdist, ``--dist loadgroup``) the fleet group is the critical path (its e2e tests wait on
+    hosts that share the machine's CPUs) and the host group has time to spare: the worker that runs the host
+    group lowers its own CPU priority once (nice 5, inherited by the Triton servers and tools it starts), so
+    that the fleet's deploys get the CPU first when both want it."""
+    workerinput = getattr(item.config, "workerinput", None)  # a worker's own "dist" option reads "no"
+    if _RENICED or workerinput is None or "loadgroup" not in " ".join(workerinput.get("mainargv", [])):
+        return
+    if xdist_group_of(item.nodeid) == "host":
+        _RENICED.append(True)
+        os.nice(HOST_GROUP_NICE)
+
+
+#: the host group's CPU priority under ``make test`` (see pytest_runtest_setup)
+HOST_GROUP_NICE = 5
+
+
 class GroupTimes:
     """Sums the time of setup, call and teardown per XDIST_GROUPS group and per layer, and prints it at the
     end: the suite's wall time is that of its slowest group, so this says where time is to be won."""
