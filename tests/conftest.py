@@ -158,7 +158,7 @@ _RENICED: list[bool] = []
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Under ``make test`` (xdist, ``--dist loadgroup``) the fleet group is the critical path (its e2e tests wait on
     hosts that share the machine's CPUs) and the host group has time to spare: the worker that runs the host
-    group lowers its own CPU priority once (nice 5, inherited by the Triton servers and tools it starts), so
+    group lowers its own CPU priority once (nice 10, inherited by the Triton servers and tools it starts), so
     that the fleet's deploys get the CPU first when both want it."""
     workerinput = getattr(item.config, "workerinput", None)  # a worker's own "dist" option reads "no"
     if _RENICED or workerinput is None or "loadgroup" not in " ".join(workerinput.get("mainargv", [])):
@@ -169,7 +169,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 #: the host group's CPU priority under ``make test`` (see pytest_runtest_setup)
-HOST_GROUP_NICE = 5
+HOST_GROUP_NICE = 10
 
 
 class GroupTimes:
