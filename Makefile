@@ -67,11 +67,12 @@ $(VENV)/.installed: pyproject.toml
 
 # The real-Triton layer, the sandbox and the benchmarks also want torch and the Triton 2.51 binaries (extras
 # triton and sandbox, some GB); the pure and @fake layers and lint do not. One pip run for all of it (a clean
-# clone's `make test` resolves once, not twice); it makes the light setup's stamp too.
+# clone's `make test` resolves once, not twice); it makes the light setup's stamp too. --no-compile: Python
+# compiles what is imported when it is first imported, not the thousands of files of torch and the rest.
 $(VENV)/.installed-triton: pyproject.toml
 	test -x $(VENV)/bin/pip || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test,triton,sandbox]'
+	$(VENV)/bin/pip install -q --no-compile -e '.[test,triton,sandbox]'
 	@touch $(VENV)/.installed $@
 
 setup: $(VENV)/.installed ## Create .venv with the project and its light test tools: pure and @fake layers, lint (no root needed)
