@@ -312,7 +312,7 @@ def test_a_host_failing_its_health_check_after_the_deploy_counts_as_failed_and_s
     _ready_in_balancer(HOSTS)
     with _front_door_traffic() as traffic:
         proc, report = _rollout(inv["unhealthy"], base / "reports", "--canary", "1", "--fail-percent", "0",
-                                "--lb", "haproxy", "--lb-timeout", "6")
+                                "--lb", "haproxy", "--lb-timeout", "10")
     assert proc.returncode != 0, proc.stdout + proc.stderr
     hosts = {h["host"]: h for h in report["hosts"]}
     assert hosts[BAD]["status"] == "out of the load balancer", hosts[BAD]

@@ -9,9 +9,10 @@ deploy's output, tritonclient on each host, and ``docker inspect`` over SSH.
    it served (add_sub answers).
 2. ``triton_python_requirements`` (pinned, with hashes): the image is built on each host and emoji_echo serves.
 3. The same again: nothing changes (no build, same containers).
-4. The Neuron host's requirements change (tabulate added): a new image, the container swapped through the health
-   gate, still serving; at the same time the GPU host's pin cannot be resolved: the run fails with pip's
-   reason naming the package, and the GPU host's container is the one it had, serving.
+4. One host's requirements change (tabulate added): a new image, the container swapped through the health gate,
+   still serving; at the same time the other host's pin cannot be resolved: the run fails with pip's reason
+   naming the package, and that host's container is the one it had, serving. Then the other way round, so each
+   family shows both.
 """
 
 from __future__ import annotations
@@ -151,26 +152,35 @@ def test_a_second_run_builds_nothing_and_changes_nothing(built, repo):
     assert {h: _container(h) for h in HOSTS} == have
 
 
-def test_changed_requirements_rebuild_and_swap_and_an_unresolvable_pin_fails_while_the_old_image_serves(built,
-                                                                                                          repo):
+@pytest.mark.parametrize("changed, broken", [(NEURON, GPU), (GPU, NEURON)], ids=["neuron-rebuilds", "gpu-rebuilds"])
+def test_changed_requirements_rebuild_and_swap_and_an_unresolvable_pin_fails_while_the_old_image_serves(
+        built, repo, changed, broken):
+    """One host's set changes (tabulate added, or taken out again), the other's pin cannot be resolved, in the
+    same run; then the other way round, so each family shows both."""
     _, _, first = built
     assert first.returncode == 0
     have = {h: _container(h) for h in HOSTS}
-    run = pyinfra(repo({NEURON: {"triton_python_requirements": BOTH},
-                        GPU: {"triton_python_requirements": UNRESOLVABLE}}), "deploys/serve.py")
+    new_set = BOTH if have[changed]["image"] != _tag(BOTH) else EMOJI
+    run = pyinfra(repo({changed: {"triton_python_requirements": new_set},
+                        broken: {"triton_python_requirements": UNRESOLVABLE}}), "deploys/serve.py")
     assert run.returncode != 0
-    # the GPU host: pip's reason naming the package, in one line; its container untouched and serving
-    lines = [line for line in run.output.splitlines() if GPU in line and "did not install" in line]
+    # the broken host: pip's reason naming the package, in one line; its container untouched and serving
+    lines = [line for line in run.output.splitlines() if f"[{broken}]" in line and "did not install" in line]
     assert lines and "emoji==99.0" in lines[0] and "no such version" in lines[0], run.output[-6000:]
-    assert _container(GPU) == have[GPU]
-    assert _emojize(GPU) == "\N{THUMBS UP SIGN}"
-    # the Neuron host: a new image with both packages, swapped in through the health gate
-    now = _container(NEURON)
-    assert now["image"] != have[NEURON]["image"] and now["id"] != have[NEURON]["id"]
-    assert now["image"] == pyreqs.image_tag(layout_image(), pyreqs.parse(BOTH), layout.pypi_index_url())
-    assert _emojize(NEURON) == "\N{THUMBS UP SIGN}" and _add_sub(NEURON) == 3.0
-    imported = ssh(NEURON, "docker exec triton python3 -c 'import tabulate, emoji; print(tabulate.__version__)'")
-    assert imported.stdout.strip() == "0.9.0", imported.stdout + imported.stderr
+    assert _container(broken) == have[broken]
+    assert _emojize(broken) == "\N{THUMBS UP SIGN}"
+    # the changed host: a new image with its new set, swapped in through the health gate
+    now = _container(changed)
+    assert now is not None and now["image"] == _tag(new_set)
+    assert now["image"] != have[changed]["image"] and now["id"] != have[changed]["id"]
+    assert _emojize(changed) == "\N{THUMBS UP SIGN}" and _add_sub(changed) == 3.0
+    imported = ssh(changed, "docker exec triton python3 -c 'import emoji, importlib.util as u; "
+                            "print(u.find_spec(\"tabulate\") is not None)'")
+    assert imported.stdout.strip() == str(new_set == BOTH), imported.stdout + imported.stderr
+
+
+def _tag(lines: list[str]) -> str:
+    return pyreqs.image_tag(layout_image(), pyreqs.parse(lines), layout.pypi_index_url())
 
 
 def layout_image() -> str:
