@@ -15,25 +15,34 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import posixpath
 import re
-from io import StringIO
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files
 
 from roles import models as models_role
 from roles import operations as ops
 from roles import platform
 from roles.context import config_for
-from roles.facts.docker import NamedContainers
 from roles.neuron import REPO_ID as NEURON_REPO
 from roles.neuron import dkms_pin
-from tritonfleet import compat, footprint, pyreqs
+
+# the serving image (base, python layer, build, pull, load): roles/triton_image.py; its names stay importable here
+from roles.triton_image import (  # noqa: E402,F401
+    ECR_REGISTRY,
+    _image,
+    _python_layer,
+    dockerfile,
+    frameworks,
+    image_ref,
+    image_source,
+    python_image_pending,
+    python_requirements,
+    serving_image,
+)
+from tritonfleet import compat, footprint
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
     DEFAULT_IMDS,
@@ -49,9 +58,7 @@ from tritonfleet.config import (
     matching,
 )
 from tritonfleet.placement import IPAddress, Placement, PlacementError, ServerSpec, check_model_names, place
-from tritonfleet.templating import render
 
-ECR_REGISTRY = re.compile(r"^(\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?)/")
 #: tritonserver flags the role manages; triton_extra_args may not set them.
 MANAGED_FLAGS = ("--model-repository", "--model-store", "--model-control-mode", "--load-model",
                  "--http-restricted-api", "--grpc-restricted-protocol", "--http-port", "--grpc-port",
@@ -221,23 +228,6 @@ def _checks(cfg: HostConfig) -> None:
             raise FieldProblem("triton_neuron_runtime_version", runtime, str(exc)) from None
 
 
-def python_requirements(cfg: HostConfig) -> pyreqs.Requirements:
-    """``triton_python_requirements`` parsed (a file path is read on the controller, relative to the directory
-    pyinfra runs in, like ``triton_image_archive_src``); a bad line is a FieldProblem naming it."""
-    value, index = cfg.triton.python_requirements, cfg.triton.pip_index
-    if index is not None:
-        try:
-            pyreqs.check_index_url(index)
-        except pyreqs.RequirementsError as exc:  # the message and the value shown carry no credentials
-            parts = urlsplit(index)
-            shown = parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
-            raise FieldProblem("triton_pip_index", shown, str(exc)) from None
-    try:
-        return pyreqs.load(value)
-    except pyreqs.RequirementsError as exc:
-        raise FieldProblem("triton_python_requirements", value, str(exc)) from None
-
-
 def _model_checks(cfg: HostConfig) -> None:
     """Each server's ``models`` (and the host's ``triton_models``): explicit model control only, not an empty
     list on a host that has models, and, where the controller knows the repository, models it has."""
@@ -309,67 +299,6 @@ ROLE = Role("triton", Settings, "Triton containers: image, compatibility gate, d
             checks=_checks, order=70)
 
 
-def frameworks(cfg: HostConfig) -> list[str]:
-    if cfg.triton.neuron_frameworks:
-        return list(cfg.triton.neuron_frameworks)
-    return list(compat.FRAMEWORK_PINS["inf1" if cfg.instance.runtime_in_framework else "neuronx"])
-
-
-def dockerfile(cfg: HostConfig, key_file: str = f"{NEURON_REPO}-archive-keyring.gpg") -> str:
-    versions = cfg.neuron.versions()
-    runtime_packages = []
-    if not cfg.instance.runtime_in_framework:
-        for pkg in (compat.RUNTIME_LIB, compat.COLLECTIVES):
-            if pkg in versions:
-                runtime_packages.append(f"{pkg}={compat.version_pin(versions[pkg])}")
-    return render(
-        "triton/Dockerfile.neuron.j2", base_image=cfg.triton.base_image, apt_url=cfg.neuron.apt_url,
-        runtime_packages=runtime_packages, pip_index=cfg.triton.neuron_pip_index, frameworks=frameworks(cfg),
-        # the label states what the image really installs (the release pin), never a data override
-        runtime_version=versions.get(compat.RUNTIME_LIB) if runtime_packages else None,
-        sdk_release=cfg.neuron.sdk_release, family=cfg.instance.neuron_arch or cfg.instance.family,
-        key_file=key_file, label=hc.LABEL_IMAGE_RUNTIME,
-    )
-
-
-def image_source(cfg: HostConfig) -> str:
-    """GPU hosts have nothing to build: "build" means pulling the NGC base image there."""
-    if cfg.triton.image_source == "build" and not cfg.instance.is_neuron:
-        return "pull"
-    return cfg.triton.image_source
-
-
-def image_ref(cfg: HostConfig, key_file: str = f"{NEURON_REPO}-archive-keyring.gpg") -> str:
-    """The base image: ``triton_image``, the NGC image on GPU hosts or the Neuron build's tag (the image the
-    containers run is :func:`serving_image`)."""
-    if cfg.triton.image:
-        return cfg.triton.image
-    if not cfg.instance.is_neuron:
-        return cfg.triton.base_image
-    digest = hashlib.sha256(dockerfile(cfg, key_file).encode()).hexdigest()[:16]
-    return f"tritonfleet/tritonserver-neuron:{digest}"
-
-
-def serving_image(cfg: HostConfig, base: str) -> str:
-    """The image the containers run: ``base`` (:func:`image_ref`), or with ``triton_python_requirements`` the
-    layer built on it (:func:`pyreqs.image_tag`: a content hash of the base, the index and the pins)."""
-    reqs = python_requirements(cfg)
-    return pyreqs.image_tag(base, reqs, cfg.triton.pip_index) if reqs else base
-
-
-def python_image_pending(cfg: HostConfig) -> list[str]:
-    """Servers of this host whose running container is to get a new image with python packages in this run
-    (``triton_python_requirements`` set, the container's image another): the models role syncs them after the
-    swap (:func:`roles.models.models_after_image`), so that a new model needing a new package loads on the image
-    that has it, and a failed build leaves the repository as it was."""
-    if not python_requirements(cfg):
-        return []
-    want = serving_image(cfg, image_ref(cfg, platform.keyring_file_name(NEURON_REPO)))
-    names = tuple(p.name for p in cfg.triton.placements)
-    running = host.get_fact(NamedContainers, names=names) if names else {}
-    return sorted(n for n, c in running.items() if c.get("image") != want)
-
-
 def model_names(cfg: HostConfig) -> list[str]:
     """Models the health gate of a server without its own ``models`` waits for: the host's list, else the
     repository's model directories (:func:`server_models` is each server's)."""
@@ -436,49 +365,6 @@ def server_command(cfg: HostConfig, p: Placement) -> list[str]:
 
 def spec_hash(image: str, args: list[str], cmd: list[str]) -> str:
     return hashlib.sha256(json.dumps([image, args, cmd]).encode()).hexdigest()[:16]
-
-
-def _python_layer(cfg: HostConfig, base: str, image: str) -> None:
-    """Build the python_requirements layer ``image`` on ``base`` (present already): its build context goes to
-    BUILD_DIR/<tag>; a failed pip install fails here, before any container is swapped, in one line."""
-    reqs = python_requirements(cfg)
-    build_dir = posixpath.join(hc.BUILD_DIR, image.rsplit(":", 1)[-1])
-    for fname, content in pyreqs.build_context(base, reqs, cfg.triton.pip_index).items():
-        files.put(name=f"Triton python packages {fname}", src=StringIO(content), dest=f"{build_dir}/{fname}",
-                  mode="644")
-    ops.docker.image(name=f"Triton image {image} (python packages: {len(reqs)})", image=image, source="build",
-                     build_dir=build_dir, pip_log=True)
-
-
-def _image(cfg: HostConfig, image: str) -> None:
-    t: Settings = cfg.triton
-    source = image_source(cfg)
-    if source == "build":
-        key_file = platform.keyring_file_name(NEURON_REPO)
-        build_dir = posixpath.join(hc.BUILD_DIR, image.rsplit(":", 1)[-1])
-        files.put(name="Neuron Triton Dockerfile", src=StringIO(dockerfile(cfg, key_file)),
-                  dest=f"{build_dir}/Dockerfile", mode="644")
-        ops.docker.image(name=f"Triton image {image} (build)", image=image, source="build",
-                         build_dir=build_dir, context_files={key_file: platform.keyring_path(NEURON_REPO)})
-    elif source == "archive":
-        archive = t.image_archive
-        if t.image_archive_src:
-            archive = archive or posixpath.join(hc.IMAGES_DIR, os.path.basename(t.image_archive_src))
-            files.put(name="Triton image archive upload", src=t.image_archive_src, dest=archive, mode="644")
-        ops.docker.image(name=f"Triton image {image} (docker load)", image=image, source="archive",
-                         archive=archive)
-    else:
-        ecr = ECR_REGISTRY.match(image)
-        if ecr and t.ecr_credential_helper:
-            _ecr_login(ecr.group(1))
-        ops.docker.image(name=f"Triton image {image} (pull)", image=image, source="pull")
-
-
-def _ecr_login(registry: str) -> None:
-    """ECR pulls with the instance profile: no AWS keys on the host, no expiring `docker login`."""
-    platform.install("amazon-ecr-credential-helper", ["ecr-credential-helper"])
-    files.put(name=f"Docker credential helper for {registry}", dest="/root/.docker/config.json", mode="600",
-              src=StringIO(json.dumps({"credHelpers": {registry: "ecr-login"}}, indent=2) + "\n"))
 
 
 @deploy("Triton")
