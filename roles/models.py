@@ -23,6 +23,7 @@ from pyinfra.operations import files
 from roles import operations as ops
 from roles.context import config_for
 from roles.facts.files import FileDigests
+from roles.triton_image import python_image_pending
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
     DEFAULT_IMDS,
@@ -254,9 +255,7 @@ def models() -> None:
         return
     files.directory(name="Model repository directory", path=m.dir, mode="755")
     if m.s3_uri:
-        from roles import triton as triton_role  # roles.triton imports this module
-
-        pending = triton_role.python_image_pending(cfg)
+        pending = python_image_pending(cfg)
         if pending:  # the sync waits for the new image: models_after_image, after the triton role
             _AFTER_IMAGE.add(host.name)
             host.noop(f"model repository: synced after server(s) {', '.join(pending)} run their new image "
