@@ -41,6 +41,7 @@ from tritonfleet.config import (
     load_host_config,
     matching,
 )
+from tritonfleet.fleet.haproxy import CHECK_INTERVAL_MS
 from tritonfleet.placement import IPAddress
 from tritonfleet.templating import render
 
@@ -68,7 +69,7 @@ class Settings(RoleSettings):
         "Address the frontends and the Prometheus endpoint listen on (0.0.0.0: every interface)."))
     prometheus_port: int = Field(8405, ge=1, le=65535, description=(
         "Port of HAProxy's built-in Prometheus exporter (path /metrics, on lb_bind_address)."))
-    check_interval_ms: int = Field(2000, ge=100, le=60000, description=(
+    check_interval_ms: int = Field(CHECK_INTERVAL_MS, ge=100, le=60000, description=(
         "Health check interval per server (GET /v2/health/ready on its HTTP port, 200 expected)."))
     fall: int = Field(3, ge=1, le=100, description="Failed checks in a row that take a server out.")
     rise: int = Field(2, ge=1, le=100, description="Passed checks in a row that put a server back.")

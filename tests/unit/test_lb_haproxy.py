@@ -202,6 +202,23 @@ def test_the_view_says_state_weight_and_sessions(fleet):
     assert view[("triton_grpc", "h3-triton-a")].state == "up" and view[("triton_grpc", "h3-triton-a")].balancer == "lb1"
 
 
+@pytest.mark.parametrize("checks, ceiling, want", [
+    ([None], 5, 2.0),  # HAProxy's default check interval (roles/lb.py), under the rollout's lb_delay
+    ([500], 5, 0.5), ([500, 3000], 5, 0.5),  # the shortest of the lb hosts' intervals
+    ([100], 5, hx.MIN_POLL_SECONDS),  # never busier than MIN_POLL_SECONDS
+    ([20000], 5, 5), ([2000], 1, 1),  # never slower than lb_delay
+    (["2000"], 5, 2.0), ([0], 5, 2.0), ([True], 5, 2.0)])  # not a positive number: the default
+def test_the_poll_interval_follows_haproxys_check_interval(checks, ceiling, want):
+    lbs = [(f"lb{i}", {} if c is None else {"lb_check_interval_ms": c}) for i, c in enumerate(checks)]
+    assert hx.poll_interval(lbs, ceiling) == want
+
+
+def test_the_poll_interval_default_is_the_lb_roles():
+    from roles.lb import Settings
+
+    assert Settings().check_interval_ms == hx.CHECK_INTERVAL_MS
+
+
 @pytest.mark.parametrize("canary, rest, percent, want", [
     (1, 3, 10, (1, 3, 10.0)), (1, 1, 50, (1, 1, 50.0)), (2, 8, 20, (1, 1, 20.0)), (1, 9, 0, (0, 256, 0.0)),
     (1, 9, 100, (256, 0, 100.0)), (1, 1, 1, (1, 99, 1.0))])

@@ -96,7 +96,8 @@ def test_haproxy_gets_the_lb_groups_hosts_which_are_not_rolled_out(tmp_path, mon
     o = ro.Options(inventory=inventory_file(tmp_path), reports_dir=str(tmp_path / "r"), lb="haproxy", lb_timeout=90,
                    lb_delay=3)
     assert ro.main(o) == 0
-    assert built == {"balancers": [("lb1", {"instance_type": "m5.large"})], "timeout": 90, "interval": 3,
+    # looks at the Runtime API as often as HAProxy checks (lb_check_interval_ms, default 2 s), at most lb_delay
+    assert built == {"balancers": [("lb1", {"instance_type": "m5.large"})], "timeout": 90, "interval": 2,
                      "checked": ["h1", "h2", "h3"]}
     (path,) = (tmp_path / "r").glob("rollout-*.json")
     assert [h["host"] for h in json.loads(path.read_text())["hosts"]] == ["h1", "h2", "h3"]

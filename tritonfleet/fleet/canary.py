@@ -213,9 +213,9 @@ def load_balancer(opts: Options, hosts: list[tuple[str, dict]], balancers: list[
             lb = TargetGroup(opts.target_group, opts.region, delay=opts.lb_delay,
                              attempts=max(1, round(opts.lb_timeout / opts.lb_delay)), **canary)
         elif opts.lb_kind == "haproxy":
-            from tritonfleet.fleet.haproxy import HAProxy
+            from tritonfleet.fleet.haproxy import HAProxy, poll_interval
 
-            lb = HAProxy(balancers, timeout=opts.lb_timeout, interval=opts.lb_delay)
+            lb = HAProxy(balancers, timeout=opts.lb_timeout, interval=poll_interval(balancers, opts.lb_delay))
         if lb is not None:
             lb.check(hosts)
     except LoadBalancerError as exc:

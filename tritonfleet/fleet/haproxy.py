@@ -50,6 +50,10 @@ GROUP = "lb"
 #: Server (and backend) names that may reach a Runtime API command (roles/lb.py enforces the same).
 NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 MAX_WEIGHT = 256
+#: roles/lb.py's ``lb_check_interval_ms`` default: how often HAProxy checks each server's health
+CHECK_INTERVAL_MS = 2000
+#: the least time between two looks at the Runtime API while a server drains or comes back
+MIN_POLL_SECONDS = 0.5
 #: The Runtime API client run on the lb host: ``python3 -c CLIENT SOCKET CMD...``; each command's reply follows a
 #: line ``@@<n>``. Python 3.6+ (every supported lb platform).
 CLIENT = """import socket, sys
@@ -158,6 +162,20 @@ def canary_weights(canary: int, rest: int, percent: int) -> tuple[int, int, floa
     assert best is not None
     wc, wr = best[1], best[2]
     return wc, wr, round(100 * canary * wc / (canary * wc + rest * wr), 2)
+
+
+def poll_interval(lb_hosts: list[tuple[str, dict]], ceiling: float) -> float:
+    """Seconds between two looks at the Runtime API while servers drain or come back: HAProxy's own health
+    check interval (``lb_check_interval_ms`` of the lb hosts, the shortest), as a look in between two checks
+    sees nothing new, within [:data:`MIN_POLL_SECONDS`, ``ceiling``] (the rollout's ``lb_delay``). A put back
+    then waits about one check after the server's `rise` checks passed, not a fixed ``ceiling``."""
+    checks = []
+    for _, data in lb_hosts:
+        value = data.get("lb_check_interval_ms", CHECK_INTERVAL_MS)
+        checks.append(value if isinstance(value, int) and not isinstance(value, bool) and value > 0
+                      else CHECK_INTERVAL_MS)
+    seconds = min(checks or [CHECK_INTERVAL_MS]) / 1000
+    return max(MIN_POLL_SECONDS, min(ceiling, seconds))
 
 
 class HAProxy:

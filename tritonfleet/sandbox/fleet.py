@@ -380,7 +380,7 @@ def down() -> list[str]:
         state = load_state()
         for h in hosts_from_state(state):
             log(f"stopping host {h.name}")
-            stop_host(h)
+            stop_host(h, discard=True)  # the disks go below: no clean shutdown
         clean_runtime(state)
         _discard()
         return leftovers(state)
