@@ -28,7 +28,7 @@ TARGET    ?= cpu
 # haproxy: `haproxy -c` checks the lb role's rendered configuration (tests/fake/test_lb_role.py)
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus haproxy
 
-.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list autoscale qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -45,13 +45,14 @@ help: ## List targets and their variables
 	@echo "  TARGET_GROUP=arn REGION=...   rollout: ELBv2 target group the hosts leave while they change"
 	@echo "  LB=elbv2|haproxy CANARY_WEIGHT=10 BAKE=120 PROMETHEUS=url   rollout: load balancer; traffic canary judged by Prometheus"
 	@echo "  MAX_ERROR_RATIO=0.01 MAX_LATENCY_RATIO=1.5 LISTENER_ARN/RULE_ARN/CANARY_TARGET_GROUP   rollout: canary gates; ELBv2 canary"
-	@echo "  FLEET=name           EC2 fleet (fleet-up, fleet-down, fleet-list; or TRITONFLEET_FLEET)"
-	@echo "  REGION=us-east-1     AWS region (fleet-*, rollout; or TRITONFLEET_REGION, AWS_REGION)"
+	@echo "  FLEET=name           EC2 fleet (fleet-up, fleet-down, fleet-list, autoscale; or TRITONFLEET_FLEET)"
+	@echo "  REGION=us-east-1     AWS region (fleet-*, autoscale, rollout; or TRITONFLEET_REGION, AWS_REGION)"
 	@echo "  TYPE=$(TYPE)      instance type (fleet-up)"
 	@echo "  COUNT=$(COUNT)              instances of TYPE the fleet should have (fleet-up)"
 	@echo "  SSH_CIDR=a.b.c.d/32  who may SSH to the fleet, required (fleet-up; or TRITONFLEET_SSH_CIDR)"
 	@echo "  FLEET_ARGS=...       more fleet up options, e.g. '--triton-source-sg sg-... --models-s3-uri s3://...'"
 	@echo "  YES=1                fleet-down: do not ask for confirmation"
+	@echo "  TARGET_QUEUE_MS=20 MIN=2 MAX=10   autoscale: average Triton queue time per request to hold, group sizes"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
 	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, bench-live, bench-rollout, mutate)"
 	@echo "  VERIFY=1             models: hash every file of the current version against its manifest, repair what differs"
@@ -154,6 +155,10 @@ fleet-down: setup ## Remove everything tagged for EC2 fleet FLEET (REGION; YES=1
 
 fleet-list: setup ## Table of FLEET's EC2 instances (every fleet's without FLEET)
 	$(TF) fleet list $(if $(FLEET),--fleet $(FLEET)) $(if $(REGION),--region $(REGION))
+
+autoscale: setup ## Scale FLEET's Auto Scaling group on Triton queue time: TARGET_QUEUE_MS, MIN, MAX (REGION)
+	$(TF) fleet autoscale $(if $(FLEET),--fleet $(FLEET)) $(if $(REGION),--region $(REGION)) \
+	  $(if $(TARGET_QUEUE_MS),--target-queue-ms $(TARGET_QUEUE_MS)) $(if $(MIN),--min $(MIN)) $(if $(MAX),--max $(MAX))
 
 qa: setup ## Run the QA suites on INVENTORY's hosts now; reports to reports/<host>/ and a fleet table (deploys/qa.py)
 	$(PYINFRA) -y $(INVENTORY) deploys/qa.py

@@ -254,6 +254,10 @@ def test_up_asg_publishes_the_bundle_and_creates_template_and_group(aws, tmp_pat
     assert sids["BundleRead"]["Resource"] == f"arn:aws:s3:::fleet-bundles/{key}"
     assert sids["SecretsRead"]["Resource"] == [
         f"arn:aws:ssm:{REGION}:123456789012:parameter/tritonfleet/prod/repository-secret"]
+    # a group's hosts publish the queue-time metric and may mark themselves unhealthy, in this fleet only
+    assert sids["WatchdogReplace"]["Condition"] == {
+        "StringEquals": {"autoscaling:ResourceTag/tritonfleet:fleet": "prod"}}
+    assert sids["QueueTimeMetric"]["Action"] == "cloudwatch:PutMetricData"
 
     # same bundle again: same template version; new data: a new version the group points to
     same = lifecycle.up_asg(aws, spec(count=2, subnets=subnets), root=ROOT, data=DATA,

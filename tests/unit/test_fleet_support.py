@@ -161,3 +161,23 @@ def test_clients_need_a_region():
 def test_stubbed_client_can_be_injected():
     client = boto3.client("ec2", region_name=REGION)
     assert Clients(REGION, _cache={"ec2": client}).ec2 is client
+
+
+def test_an_asgs_hosts_may_put_only_tritonfleet_metrics_and_set_only_their_fleets_groups_health():
+    from tritonfleet.agent import queuetime
+
+    doc = iam.policy_document(iam.Access(asg_fleet="prod"), REGION, "123456789012")
+    by_sid = {s["Sid"]: s for s in doc["Statement"]}
+    assert set(by_sid) == {"QueueTimeMetric", "WatchdogReplace"}
+    # PutMetricData takes no resource: the namespace condition is what scopes it (to the agent's own)
+    assert by_sid["QueueTimeMetric"] == {
+        "Sid": "QueueTimeMetric", "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",
+        "Condition": {"StringEquals": {"cloudwatch:namespace": queuetime.NAMESPACE}}}
+    replace = by_sid["WatchdogReplace"]
+    assert replace["Action"] == "autoscaling:SetInstanceHealth"
+    assert replace["Resource"] == (f"arn:aws:autoscaling:{REGION}:123456789012:autoScalingGroup:*:"
+                                   "autoScalingGroupName/*")
+    assert replace["Condition"] == {"StringEquals": {"autoscaling:ResourceTag/tritonfleet:fleet": "prod"}}
+    # hosts that are not a group's get neither
+    plain = iam.policy_document(iam.Access(models_s3_uri="s3://b/p"), REGION, "123456789012")
+    assert not [s for s in plain["Statement"] if s["Sid"] in by_sid]

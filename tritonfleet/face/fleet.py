@@ -1,4 +1,4 @@
-"""``tritonfleet fleet up|down|list``: EC2 fleets (instances or an Auto Scaling group) by tag.
+"""``tritonfleet fleet up|down|list|autoscale``: EC2 fleets (instances or an Auto Scaling group) by tag.
 
 The logic is in :mod:`tritonfleet.fleet`; this module turns options into a spec and errors into one
 line (``click.ClickException``), never a traceback. AWS credentials come from boto3's usual chain
@@ -19,7 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
 
-from tritonfleet.fleet import ami, iam, instances, lifecycle
+from tritonfleet.fleet import ami, autoscale, iam, instances, lifecycle
 from tritonfleet.fleet.aws import Clients, one_line
 from tritonfleet.fleet.tags import DEFAULT_ROLE, FleetError
 
@@ -184,3 +184,19 @@ def list_(fleet_name: str | None, region: str) -> None:
         found = instances.describe(Clients(region), fleet=fleet_name)
     print_instances(instances.rows([i for i in found if i["State"]["Name"] != "terminated"]),
                     all_fleets=not fleet_name)
+
+
+@fleet.command(name="autoscale")
+@_fleet_option()
+@_region_option
+@click.option("--target-queue-ms", type=float, required=True,
+              help="Average time a request may wait in Triton's queue, ms: more adds instances, less removes them.")
+@click.option("--min", "min_size", type=int, required=True, help="Fewest instances the group scales in to.")
+@click.option("--max", "max_size", type=int, required=True, help="Most instances the group scales out to.")
+def autoscale_(fleet_name: str, region: str, target_queue_ms: float, min_size: int, max_size: int) -> None:
+    """Target-tracking scaling of the fleet's Auto Scaling group on Triton's queue time per request."""
+    with _one_line():
+        result = autoscale.autoscale(Clients(region), fleet_name, target_queue_ms=target_queue_ms,
+                                     min_size=min_size, max_size=max_size)
+    for line in result.lines:
+        click.echo(line)

@@ -6,7 +6,10 @@ The inline policy grants exactly:
   with an ``s3:prefix`` condition, ``s3:GetObject`` under the prefix;
 - ``s3:PutObject`` under ``<qa_reports_s3_uri>/qa/*`` (where scheduled QA uploads its reports);
 - optionally ECR pulls (the triton role's ``amazon-ecr-credential-helper``), the ASG bundle object and
-  the SSM parameters the ASG user data reads secrets from.
+  the SSM parameters the ASG user data reads secrets from;
+- for an Auto Scaling group's hosts (``asg_fleet``): ``cloudwatch:PutMetricData`` in the ``tritonfleet``
+  namespace only (the queue-time metric ``fleet autoscale`` tracks, :mod:`tritonfleet.agent.queuetime`), and
+  ``autoscaling:SetInstanceHealth`` on the groups tagged for that fleet only (the watchdog's ``replace``).
 
 Names are ``tritonfleet-<fleet>-<region>`` (IAM is global to the account), path ``/tritonfleet/``; both
 carry the fleet tags, and ``down`` deletes only what carries them.
@@ -21,7 +24,10 @@ from dataclasses import dataclass, field
 from botocore.exceptions import ClientError
 
 from tritonfleet.fleet.aws import Clients, error_code, one_line
-from tritonfleet.fleet.tags import ROLE_IAM, ROLE_PROFILE, FleetError, belongs, resource_name, tags
+from tritonfleet.fleet.tags import ROLE_IAM, ROLE_PROFILE, TAG_FLEET, FleetError, belongs, resource_name, tags
+
+#: the CloudWatch namespace of the hosts' metrics (tritonfleet/agent/queuetime.py's NAMESPACE)
+METRIC_NAMESPACE = "tritonfleet"
 
 PATH = "/tritonfleet/"
 POLICY_NAME = "tritonfleet-host-access"
@@ -38,6 +44,7 @@ class Access:
     ecr_pull: bool = False
     bundle_s3_url: str | None = None
     secret_parameters: Sequence[str] = field(default_factory=tuple)
+    asg_fleet: str | None = None  # the hosts are an Auto Scaling group's, of this fleet
 
 
 def split_s3(uri: str, what: str = "S3 URI") -> tuple[str, str]:
@@ -81,6 +88,13 @@ def policy_document(access: Access, region: str, account: str) -> dict | None:
         statements.append({"Sid": "SecretsRead", "Effect": "Allow", "Action": "ssm:GetParameter",
                            "Resource": [f"{arn}:ssm:{region}:{account}:parameter/{p.lstrip('/')}"
                                         for p in access.secret_parameters]})
+    if access.asg_fleet:
+        statements += [
+            {"Sid": "QueueTimeMetric", "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",
+             "Condition": {"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}},
+            {"Sid": "WatchdogReplace", "Effect": "Allow", "Action": "autoscaling:SetInstanceHealth",
+             "Resource": f"{arn}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/*",
+             "Condition": {"StringEquals": {f"autoscaling:ResourceTag/{TAG_FLEET}": access.asg_fleet}}}]
     return {"Version": "2012-10-17", "Statement": statements} if statements else None
 
 

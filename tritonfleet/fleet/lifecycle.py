@@ -171,7 +171,8 @@ def up_asg(clients: Clients, spec: FleetSpec, *, root: str | Path, data: Mapping
     built = bundle.build_bundle(root, data, work_dir, secret_parameters)
     url = bundle.publish_bundle(clients.s3, built, bundle_s3)
     echo(f"bundle {url} sha256 {built.sha256}")
-    access = replace(spec.access, bundle_s3_url=url, secret_parameters=tuple(secret_parameters.values()))
+    access = replace(spec.access, bundle_s3_url=url, secret_parameters=tuple(secret_parameters.values()),
+                     asg_fleet=spec.fleet)
     req, net, _key = _prepare(clients, spec, itype, access, echo)
     subnets = net.subnets or _default_subnets(clients, net.vpc_id)
     user_data = asg.render_user_data(url, built.sha256, clients.region, secret_env=built.secret_env,
