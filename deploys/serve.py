@@ -5,7 +5,8 @@
 preflight -> base -> neuron, efa or nvidia -> docker -> agent -> models -> triton (image, compatibility gate,
 containers, health gate) -> models after a new image (the S3 sync, when the servers' image changed with
 triton_python_requirements: new models that need new packages load on the image that has them) -> monitoring
-(only with monitoring_with_serve: the exporters of deploys/monitoring.py).
+(only with monitoring_with_serve: the exporters of deploys/monitoring.py) -> watchdog (only with
+watchdog_enabled: the host watchdog service).
 """
 
 from roles.agent import agent
@@ -19,6 +20,7 @@ from roles.nvidia import nvidia
 from roles.preflight import preflight
 from roles.sysctl import sysctl
 from roles.triton import triton
+from roles.watchdog import watchdog
 
 preflight()
 base()
@@ -32,3 +34,4 @@ models()
 triton()
 models_after_image()
 monitoring_with_serve()
+watchdog()

@@ -570,6 +570,45 @@
 # rollback_point = None
 
 ## -------------------------------------------------------------------------------------------------
+## watchdog (roles/watchdog.py): the host watchdog: restarts, replaces or reports failing servers
+## and hardware
+## -------------------------------------------------------------------------------------------------
+
+## Run the host watchdog (tritonfleet-watchdog.service) on the Triton hosts; off: stopped and
+## removed.
+# watchdog_enabled = False
+
+## Seconds from one look at the host to the next (each condition's own time thresholds are in the
+## policy).
+## bounds: >= 5, <= 3600
+# watchdog_interval_seconds = 30
+
+## The watchdog policy: conditions -> chains of actions (report, restart, replace, free-cores) and
+## the thresholds and bounds (tritonfleet/agent/watchpolicy.py); {} = the defaults.
+# watchdog_policy = {}
+
+## Load-balancer drain hook run before each restart: an absolute command and its arguments,
+## {server}, {container} and {port} replaced; None: servers are restarted without a drain.
+# watchdog_drain_command = None
+
+## Seconds the drain hook may take.
+## bounds: >= 1, <= 3600
+# watchdog_drain_timeout_seconds = 60
+
+## MemoryMax= of the service, in MiB.
+## bounds: >= 64, <= 4096
+# watchdog_memory_max_mib = 256
+
+## node_exporter textfile directory for tritonfleet_watchdog.prom; None: monitoring_textfile_dir.
+# watchdog_textfile_dir = None
+
+## Auto Scaling endpoint URL for the replace action's SetInstanceHealth; None = AWS's.
+# watchdog_asg_endpoint = None
+
+## Region of the host's Auto Scaling group; None: the instance's own (from IMDS).
+# watchdog_asg_region = None
+
+## -------------------------------------------------------------------------------------------------
 ## rollout (roles/rollout.py): how a rollout drains hosts (ELBv2 or HAProxy) and judges a traffic
 ## canary
 ## -------------------------------------------------------------------------------------------------

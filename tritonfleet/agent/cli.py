@@ -1,5 +1,5 @@
 """``tritonfleet-agent``: the host-side agent's command line (what ``sync`` does: ``sync.py``'s docstring;
-``qa``: ``qa/command.py``'s).
+``qa``: ``qa/command.py``'s; ``watchdog``, the ``tritonfleet-watchdog`` service: ``watchrun.py``'s).
 
 Exit codes: 0 done, 1 the sync failed (qa: a check failed), 2 bad arguments (qa: or a bad suite); every
 error is one line on stderr. ``qa`` imports its dependencies (numpy, tritonclient, PyYAML, pydantic) only
@@ -325,7 +325,34 @@ def build_parser() -> argparse.ArgumentParser:
     switch.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
                         help="seconds to wait for a server to be ready, and for each model load (default 180)")
     switch.set_defaults(run=_switch, parser=switch)
+    _add_watchdog(commands)
     return parser
+
+
+def _add_watchdog(commands) -> None:
+    watchdog = commands.add_parser(
+        "watchdog", help="the host watchdog (tritonfleet-watchdog.service): watch the Triton servers and the "
+                         "accelerators, act on what the policy says",
+        description="Every interval: probe this host's Triton servers (readiness, restarts, memory, models) and "
+                    "its Neuron/GPU error counters, decide by the policy (restart, replace, free-cores, report), "
+                    "act, write the textfile metric and the state file.")
+    watchdog.add_argument("--policy", required=True, metavar="FILE",
+                          help="the policy and the drain hook, JSON (watchrun.py's docstring)")
+    watchdog.add_argument("--interval", type=_seconds_in(5, 3600), default=30.0, metavar="S",
+                          help="seconds from one pass to the next (default 30)")
+    watchdog.add_argument("--textfile-dir", required=True, metavar="DIR",
+                          help="node_exporter's textfile directory (tritonfleet_watchdog.prom is written there)")
+    watchdog.add_argument("--state", required=True, metavar="FILE",
+                          help="the JSON state file the last pass leaves (for tritonfleet status)")
+    watchdog.add_argument("--once", action="store_true", help="one pass, then exit")
+    watchdog.add_argument("--header-file", metavar="FILE",
+                          help="the restricted-API header for the repository index, 'name: value' (0600)")
+    watchdog.add_argument("--neuron-exporter", type=_endpoint, metavar="URL",
+                          help="neuron-monitor-prometheus.py's metrics URL (read instead of running neuron-monitor)")
+    watchdog.add_argument("--endpoint-url", type=_endpoint, metavar="URL",
+                          help="another Auto Scaling endpoint (for replace)")
+    watchdog.add_argument("--region", type=_region, help="the Auto Scaling group's region (default: from IMDS)")
+    watchdog.set_defaults(run=_watchdog, parser=watchdog)
 
 
 class _Line(Progress):
@@ -523,6 +550,25 @@ def _switch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     reloaded = f"; reloaded {len(outcome.loaded)}, unloaded {len(outcome.unloaded)}" if outcome else ""
     print(f"{args.dest}/current: {before or '-'} -> {args.to}{reloaded}")
     return 0
+
+
+def _watchdog(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .watchpolicy import PolicyError
+    from .watchrun import Options, load_config
+    from .watchrun import main as watch
+
+    if not os.path.isdir(args.textfile_dir):
+        parser.error(f"--textfile-dir {args.textfile_dir}: not a directory")
+    if os.path.isdir(args.state):
+        parser.error(f"--state {args.state}: a directory, not a file")
+    try:
+        config = load_config(args.policy)
+    except PolicyError as exc:
+        parser.error(f"--policy {args.policy}: {exc}")
+    options = Options(config=config, interval=args.interval, textfile_dir=args.textfile_dir, state=args.state,
+                      header_file=args.header_file, neuron_exporter=args.neuron_exporter,
+                      endpoint_url=args.endpoint_url, region=args.region)
+    return watch(options, once=args.once)
 
 
 def main(argv: list[str] | None = None) -> int:
