@@ -11,7 +11,7 @@ What the role writes: the policy (and the drain hook) as ``/etc/tritonfleet/watc
 unit (hardened, low CPU and I/O priority, ``MemoryMax``), the repository-API header the service reads the
 servers' model index with (when the API is restricted), and the textfile directory; then the service is
 (re)started and enabled. Off (the default), the role stops the service and removes what it wrote, which on a
-host that never had it changes nothing.
+host that never had it is one look and changes nothing.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ import posixpath
 from typing import Any
 
 from pydantic import Field, field_validator
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles import operations as ops
 from roles.agent import install_for
 from roles.context import config_for
+from roles.facts.files import FileDigests
 from roles.models import repository_header
 from tritonfleet import hostcontract as hc
 from tritonfleet.agent import watchrun
@@ -134,10 +136,15 @@ def unit_text(cfg: HostConfig) -> str:
 def watchdog() -> None:
     cfg = config_for()
     if not cfg.watchdog.enabled:
+        paths = [UNIT_FILE, POLICY_FILE, STATE_FILE, posixpath.join(textfile_dir(cfg), watchrun.TEXTFILE)]
+        # one look (the fact remove_paths reads too, cached): a host that never had the watchdog costs a no-op
+        # run one remote command, not a systemd query as well
+        if not host.get_fact(FileDigests, paths=tuple(paths)):
+            host.noop("the watchdog is off and was never installed here")
+            return
         ops.services.units(name="Watchdog stopped (watchdog_enabled is off)", units=[UNIT], running=False,
                            enabled=False)
-        ops.qa.remove_paths(name="Watchdog unit, policy, state and metrics removed", paths=[
-            UNIT_FILE, POLICY_FILE, STATE_FILE, posixpath.join(textfile_dir(cfg), watchrun.TEXTFILE)])
+        ops.qa.remove_paths(name="Watchdog unit, policy, state and metrics removed", paths=paths)
         return
     install_for(cfg, "watchdog_enabled", True)
     header = repository_header(cfg)
