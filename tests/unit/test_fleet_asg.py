@@ -109,8 +109,9 @@ def test_user_data_needs_an_s3_url_and_a_sha256():
 
 # -- the user data run (bash), with the AWS CLI and Python stand-ins on PATH: the download is a local copy ----------
 
-FAKE_AWS = '''#!{python}
-"""aws as the user data uses it: `s3 cp URL DEST` copies $FAKE_BUNDLE, `ssm get-parameter` prints a value."""
+FAKE_AWS = """#!{python}
+\"\"\"aws as the user data uses it: `s3 cp URL DEST` copies $FAKE_BUNDLE, `ssm get-parameter` prints a value, the
+lifecycle calls of an ABANDON before the bundle is installed say the instance's group and succeed.\"\"\"
 import os, shutil, sys
 args = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a") as log:
@@ -122,45 +123,90 @@ if args[:2] == ["s3", "cp"]:
     shutil.copyfile(os.environ["FAKE_BUNDLE"], dest)
 elif args[:2] == ["ssm", "get-parameter"]:
     print("s3cret-from-ssm")
-else:
+elif args[:2] == ["ec2", "describe-tags"]:
+    print("tritonfleet-prod")
+elif args[:2] not in (["ec2", "create-tags"], ["autoscaling", "complete-lifecycle-action"]):
     sys.exit("aws: unexpected " + " ".join(args))
-'''
+"""
 
-FAKE_PYTHON = '''#!/bin/sh
-# a Python >= 3.10 whose venvs have a pip and a pyinfra that only say how they were run
+FAKE_PYTHON = """#!/bin/sh
+# a Python >= 3.10 whose venvs have a python, a pip and a pyinfra that only say how they were run ($FAKE_STUBS)
 echo "python $*" >>"$FAKE_LOG"
 case "$1" in
   -c) exit 0 ;;
-  -m) mkdir -p "$3/bin"
-      for tool in pip pyinfra; do
-        printf '#!/bin/sh\\necho "%s $* (in $(pwd), secret $TRITONFLEET_SECRET_TRITON_REPOSITORY_SECRET)" >>"$FAKE_LOG"\\n' \\
-          "$tool" >"$3/bin/$tool"
-        chmod +x "$3/bin/$tool"
-      done ;;
+  -m) mkdir -p "$3/bin" && cp "$FAKE_STUBS"/* "$3/bin/" ;;
 esac
-'''
+"""
+
+STUBS = {
+    # the venv's python: `-c` is the real one; the lifecycle helper says how it was run, `heartbeat` runs its command
+    "python": """#!/bin/sh
+if [ "$1" = -c ]; then exec {python} "$@"; fi
+echo "lifecycle $*" >>"$FAKE_LOG"
+if [ "$3" = heartbeat ]; then
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do shift; done
+  shift
+  exec "$@"
+fi
+""",
+    "pip": """#!/bin/sh
+echo "pip $* (in $(pwd), secret $TRITONFLEET_SECRET_TRITON_REPOSITORY_SECRET)" >>"$FAKE_LOG"
+""",
+    "pyinfra": """#!/bin/sh
+echo "pyinfra $* (in $(pwd), secret $TRITONFLEET_SECRET_TRITON_REPOSITORY_SECRET)" >>"$FAKE_LOG"
+case "$*" in *deploys/qa.py*) exit "${{FAKE_QA_RC:-0}}" ;; esac
+exit "${{FAKE_DEPLOY_RC:-0}}"
+""",
+}
+
+FAKE_CURL = """#!/bin/sh
+# IMDSv2 as curl reads it
+echo "curl $*" >>"$FAKE_LOG"
+case "$*" in
+  *-X\\ PUT*/latest/api/token*) printf imds-token ;;
+  *"X-aws-ec2-metadata-token: imds-token"*/latest/meta-data/instance-id) printf i-0123456789abcdef0 ;;
+  *) exit 22 ;;
+esac
+"""
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+echo "systemctl $*" >>"$FAKE_LOG"
+"""
+
+MOVED = ("/var/log/", "/opt/tritonfleet/", "/etc/systemd/system/")
+LAUNCH_DONE = "lifecycle -m tritonfleet.agent.lifecycle launch-done --region us-east-1 --result"
+UNIT = "etc/systemd/system/tritonfleet-lifecycle.service"
 
 
-def _bootstrap(tmp_path: Path, built, bundle_file: Path) -> tuple[subprocess.CompletedProcess, Path, Path]:
-    """Run the rendered user data with / moved to ``tmp_path/root``; ``(process, root, its work dir)``."""
+def _bootstrap(tmp_path: Path, built, bundle_file: Path, **env_extra: str) -> tuple[subprocess.CompletedProcess, Path,
+                                                                                    Path]:
+    """Run the rendered user data with / moved to ``tmp_path/root``; ``(process, root, its work dir)``; the process's
+    stdout is the bootstrap log followed by the calls of the stand-ins."""
     url = "s3://fleet-bundles/prod/" + built.key_name
     text = asg.render_user_data(url, built.sha256, REGION, secret_env=built.secret_env, secret_parameters=SECRETS)
     root = tmp_path / "root"
-    script = text.replace("/var/log/", f"{root}/var/log/").replace("/opt/tritonfleet/", f"{root}/opt/tritonfleet/")
-    assert f"{root}/var/log/" in script and f"{root}/opt/tritonfleet/" in script
+    script = text
+    for path in MOVED:
+        script = script.replace(path, f"{root}{path}")
+        assert f"{root}{path}" in script
     for line in script.splitlines():  # nothing the run writes stays outside tmp_path
-        for path in ("/var/log/", "/opt/tritonfleet/"):
+        for path in MOVED:
             assert line.count(path) == line.count(f"{root}{path}"), line
-    (root / "var" / "log").mkdir(parents=True, exist_ok=True)
-    bin_dir = tmp_path / "bin"
+    for path in MOVED:
+        (root / path.strip("/")).mkdir(parents=True, exist_ok=True)
+    bin_dir, stubs = tmp_path / "bin", tmp_path / "stubs"
     bin_dir.mkdir()
-    for name, body in (("aws", FAKE_AWS.format(python=sys.executable)), ("python3.12", FAKE_PYTHON)):
-        (bin_dir / name).write_text(body)
-        (bin_dir / name).chmod(0o755)
+    stubs.mkdir()
+    for folder, name, body in [(bin_dir, "aws", FAKE_AWS.format(python=sys.executable)),
+                               (bin_dir, "python3.12", FAKE_PYTHON), (bin_dir, "curl", FAKE_CURL),
+                               (bin_dir, "systemctl", FAKE_SYSTEMCTL)] + [
+            (stubs, name, body.format(python=sys.executable)) for name, body in STUBS.items()]:
+        (folder / name).write_text(body)
+        (folder / name).chmod(0o755)
     log = tmp_path / "calls.log"
     log.touch()
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "FAKE_LOG": str(log), "FAKE_URL": url,
-           "FAKE_BUNDLE": str(bundle_file)}
+           "FAKE_BUNDLE": str(bundle_file), "FAKE_STUBS": str(stubs), **env_extra}
     (tmp_path / "user-data.sh").write_text(script)
     proc = subprocess.run(["bash", str(tmp_path / "user-data.sh")], env=env, cwd=tmp_path, capture_output=True,
                           text=True, timeout=60)
@@ -168,7 +214,7 @@ def _bootstrap(tmp_path: Path, built, bundle_file: Path) -> tuple[subprocess.Com
     return proc, root, root / "opt/tritonfleet/bundle" / built.sha256[:16]
 
 
-needs_tools = pytest.mark.skipif(not all(shutil.which(t) for t in ("bash", "sha256sum", "tar", "gzip")),
+needs_tools = pytest.mark.skipif(not all(shutil.which(t) for t in ("bash", "sha256sum", "tar", "gzip", "tr", "cut")),
                                  reason="the user data runs with bash, sha256sum, tar")
 
 
@@ -182,6 +228,70 @@ def test_user_data_installs_and_deploys_the_bundle_it_was_given(built, tmp_path)
             in proc.stdout)
     assert "s3cret" not in (root / "var/log/tritonfleet-bootstrap.log").read_text()
     assert stat.S_IMODE((root / "var/log/tritonfleet-bootstrap.log").stat().st_mode) == 0o600
+
+
+@needs_tools
+def test_a_bootstrap_that_serves_continues_the_launch_hook_after_installing_the_watcher(built, tmp_path):
+    """Issue 25, part 2: the deploy runs inside bounded heartbeats; no qa_suites: the deploy's health gate is the
+    gate; the termination watcher is installed and started, then the launch hook is completed with CONTINUE."""
+    proc, root, work = _bootstrap(tmp_path, built, built.path)
+    assert proc.returncode == 0, proc.stdout
+    calls = proc.stdout.splitlines()
+    every = asg.heartbeat_every()
+    heartbeat = (f"lifecycle -m tritonfleet.agent.lifecycle heartbeat --region us-east-1 --every {every} --max "
+                 f"{asg.DEPLOY_LIMIT // every} --limit {asg.DEPLOY_LIMIT} -- {root}/opt/tritonfleet/controller/bin/"
+                 "pyinfra -y inventories/fleet_local.py deploys/serve.py")
+    assert calls.index(heartbeat) < calls.index(
+        f"pyinfra -y inventories/fleet_local.py deploys/serve.py (in {work}, secret s3cret-from-ssm)")
+    assert "no qa_suites in the bundle's data: the deploy's health gate was the launch gate" in proc.stdout
+    assert "deploys/qa.py" not in proc.stdout.split("no qa_suites")[1]
+    unit = (root / UNIT).read_text()
+    assert f"{root}/opt/tritonfleet/controller/bin/python -m tritonfleet.agent.lifecycle watch-termination" in unit
+    done = f"{LAUNCH_DONE} CONTINUE --reason the deploy and its health gate passed (no qa_suites)"
+    assert calls.index("systemctl daemon-reload") < calls.index(
+        "systemctl enable --now tritonfleet-lifecycle.service") < calls.index(done)
+    assert [c for c in calls if c.startswith(LAUNCH_DONE)] == [done]
+    assert "complete-lifecycle-action" not in proc.stdout  # the bundle's helper, not the AWS CLI
+
+
+@needs_tools
+def test_a_failed_deploy_abandons_the_launch_with_its_reason(built, tmp_path):
+    proc, root, _work = _bootstrap(tmp_path, built, built.path, FAKE_DEPLOY_RC="3")
+    assert proc.returncode == 1
+    reason = (f"the deploy deploys/serve.py failed (exit status 3), see {root}/var/log/tritonfleet-bootstrap.log")
+    assert f"tritonfleet bootstrap: {reason}" in proc.stdout
+    assert [c for c in proc.stdout.splitlines() if c.startswith(LAUNCH_DONE)] == [f"{LAUNCH_DONE} ABANDON --reason {reason}"]
+    assert not (root / UNIT).exists() and "systemctl" not in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def qa_bundles(tmp_path_factory):
+    """Bundles whose data names QA suites: a directory the bundle holds, and one it does not."""
+    out = tmp_path_factory.mktemp("qa")
+    return {name: bundle.build_bundle(ROOT, {**DATA, "qa_suites": suites}, out / name, SECRETS)
+            for name, suites in (("held", "templates/qa"), ("missing", "qa-suites"))}
+
+
+@needs_tools
+@pytest.mark.parametrize("case", ["passes", "fails", "not in the bundle"])
+def test_the_qa_gate_decides_the_launch_when_the_data_names_suites(qa_bundles, tmp_path, case):
+    held = qa_bundles["missing" if case == "not in the bundle" else "held"]
+    proc, root, work = _bootstrap(tmp_path, held, held.path, FAKE_QA_RC="1" if case == "fails" else "0")
+    done = [c for c in proc.stdout.splitlines() if c.startswith(LAUNCH_DONE)]
+    qa_ran = f"pyinfra -y inventories/fleet_local.py deploys/qa.py (in {work}, secret s3cret-from-ssm)" in proc.stdout
+    if case == "passes":
+        assert proc.returncode == 0, proc.stdout
+        assert qa_ran and done == [f"{LAUNCH_DONE} CONTINUE --reason the deploy and the QA gate passed"]
+        assert (root / UNIT).is_file()
+    elif case == "fails":
+        assert proc.returncode == 1 and qa_ran
+        assert done == [f"{LAUNCH_DONE} ABANDON --reason the QA gate deploys/qa.py failed (exit status 1), see "
+                        f"{root}/var/log/tritonfleet-bootstrap.log"]
+        assert not (root / UNIT).exists()
+    else:
+        assert proc.returncode == 1 and not qa_ran
+        assert done == [f"{LAUNCH_DONE} ABANDON --reason qa_suites qa-suites is not a directory of the bundle: the "
+                        "QA gate cannot run"]
 
 
 @needs_tools
@@ -218,6 +328,16 @@ def test_user_data_refuses_a_bundle_whose_sha256_differs(built, tmp_path, wrong)
     assert "tritonfleet bootstrap: bundle sha256 mismatch, not running it" in proc.stdout
     assert list(work.iterdir()) == []  # not extracted
     assert "python " not in proc.stdout and "pip " not in proc.stdout and "pyinfra " not in proc.stdout
+    # the bundle's code is not trusted: the AWS CLI abandons the launch, the reason on the tag and in the log
+    assert "ABANDON: bundle sha256 mismatch, not running it" in proc.stdout
+    calls = proc.stdout.splitlines()
+    tag = ("aws ec2 create-tags --region us-east-1 --resources i-0123456789abcdef0 --tags "
+           "Key=tritonfleet:abandon-reason,Value=bundle sha256 mismatch not running it")
+    complete = ("aws autoscaling complete-lifecycle-action --region us-east-1 --lifecycle-hook-name tritonfleet-launch "
+                "--auto-scaling-group-name tritonfleet-prod --instance-id i-0123456789abcdef0 "
+                "--lifecycle-action-result ABANDON")
+    assert calls.index(tag) < calls.index(complete)
+    assert "lifecycle " not in proc.stdout and "CONTINUE" not in proc.stdout
 
 
 def test_up_asg_publishes_the_bundle_and_creates_template_and_group(aws, tmp_path):  # noqa: F811

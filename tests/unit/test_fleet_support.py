@@ -164,11 +164,18 @@ def test_stubbed_client_can_be_injected():
 
 
 def test_an_asgs_hosts_may_put_only_tritonfleet_metrics_and_set_only_their_fleets_groups_health():
-    from tritonfleet.agent import queuetime
+    from tritonfleet.agent import lifecycle, queuetime
 
     doc = iam.policy_document(iam.Access(asg_fleet="prod"), REGION, "123456789012")
     by_sid = {s["Sid"]: s for s in doc["Statement"]}
-    assert set(by_sid) == {"QueueTimeMetric", "WatchdogReplace"}
+    assert set(by_sid) == {"QueueTimeMetric", "WatchdogReplace", "LifecycleHooks", "FindOwnGroup", "AbandonReasonTag"}
+    assert by_sid["LifecycleHooks"]["Condition"] == by_sid["WatchdogReplace"]["Condition"]
+    assert sorted(by_sid["LifecycleHooks"]["Action"]) == ["autoscaling:CompleteLifecycleAction",
+                                                          "autoscaling:RecordLifecycleActionHeartbeat"]
+    tag = by_sid["AbandonReasonTag"]
+    assert tag["Action"] == "ec2:CreateTags" and tag["Resource"] == f"arn:aws:ec2:{REGION}:123456789012:instance/*"
+    assert tag["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": [lifecycle.REASON_TAG]}
+    assert tag["Condition"]["StringEquals"] == {"aws:ResourceTag/tritonfleet:fleet": "prod"}
     # PutMetricData takes no resource: the namespace condition is what scopes it (to the agent's own)
     assert by_sid["QueueTimeMetric"] == {
         "Sid": "QueueTimeMetric", "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",

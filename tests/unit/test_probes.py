@@ -204,7 +204,7 @@ def test_parse_neuron_ls_refuses_what_it_cannot_read_in_one_line(text, words):
 def test_parse_neuron_ls_reads_the_sandbox_stand_ins_output(tmp_path, monkeypatch):
     ns = load_standin("neuron_ls.py.in", monkeypatch, tmp_path, LEGACY="False")
     hog = {"pid": 4242, "command": "python3 hog.py", "neuron_runtime_version": ""}
-    ns["device_processes"] = lambda: {1: [hog]}  # no /proc scan
+    ns["device_processes"] = lambda cores_per_device=1: {1: [hog]}  # no /proc scan
     records = ns["device_records"](ns["hw"], ns["present_devices"]())
     text = json.dumps(records, indent=4)  # as `neuron-ls -j` prints them
     assert probes.parse_neuron_ls_pids(text) == {4242: [2, 3]}

@@ -723,3 +723,45 @@ def test_monitor_rejects_a_bad_config(scripts, root, text: str) -> None:
     )
     assert proc.returncode == 1 and proc.stdout == ""
     assert "Failed to load config file" in proc.stderr
+
+
+def test_injected_hardware_errors_are_reported_once_in_the_next_period(scripts, root) -> None:
+    """The fault tests' uncorrectable error: counts written to run/tritonfleet-sandbox/neuron-hw-errors.json are
+    the next report's neuron_hw_counters for that device, per period as the real tool counts, then gone."""
+    faults = root / "run/tritonfleet-sandbox/neuron-hw-errors.json"
+    faults.parent.mkdir(parents=True)
+    faults.write_text(json.dumps({"0": {"mem_ecc_uncorrected": 2, "neuron_device_index": 7, "bogus": 5}}))
+    first, second = monitor(scripts, root, 2)
+
+    def devices(report: dict) -> dict[int, dict]:
+        return {d["neuron_device_index"]: d for d in report["system_data"]["neuron_hw_counters"]["neuron_devices"]}
+
+    assert devices(first)[0] == {"neuron_device_index": 0, "mem_ecc_corrected": 0, "mem_ecc_uncorrected": 2,
+                                 "sram_ecc_corrected": 0, "sram_ecc_uncorrected": 0}
+    assert all(d["mem_ecc_uncorrected"] == 0 for i, d in devices(first).items() if i != 0)
+    assert all(v == 0 for d in devices(second).values() for k, v in d.items() if k != "neuron_device_index")
+    assert not faults.exists() and list(faults.parent.iterdir()) == []
+
+
+def test_neuron_ls_lists_each_runtime_on_the_devices_of_its_cores(root, spawn) -> None:
+    """The stand-in driver's nodes cannot be opened: neuron-ls finds a runtime by NEURON_RT_VISIBLE_CORES (its
+    first process, not the children that inherit it), on the devices those cores belong to (2 per inf2 device),
+    as the watchdog's foreign-process probe reads it."""
+    script = root / "neuron-ls"
+    script.write_text(standins._template("neuron_ls.py.in", LEGACY="False", **VALUES))
+    two = spawn(BUSY_WITH_CHILD, NEURON_RT_VISIBLE_CORES="1-2")  # cores 1 and 2: devices 0 and 1
+    one = spawn(BUSY, NEURON_RT_VISIBLE_CORES="5")  # device 2
+    end = time.monotonic() + 10
+    children: list[int] = []
+    while time.monotonic() < end and not children:
+        children = [p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if parent(p) == two.pid]
+        time.sleep(0.1)
+    assert children, "the runtime's child did not start"
+    out = subprocess.run([sys.executable, str(script), "--json-output"], capture_output=True, text=True,
+                         env={**os.environ, "TRITONFLEET_SANDBOX_ROOT": str(root)}, timeout=30)
+    assert out.returncode == 0, out.stderr
+    mine = {two.pid, one.pid, *children}  # (this machine may run other runtimes: the sandbox's)
+    held = {r["neuron_device"]: sorted(p["pid"] for p in r["neuron_processes"] if p["pid"] in mine)
+            for r in json.loads(out.stdout)}
+    assert held[0] == [two.pid] and held[1] == [two.pid] and held[2] == [one.pid]
+    assert all(not pids for device, pids in held.items() if device > 2)

@@ -239,6 +239,9 @@ def test_memory_is_read_from_the_containers_cgroup(tmp_path):
     assert watchrun.cgroup_path("0::/system.slice/docker-abc.scope\n") == ("v2", "/system.slice/docker-abc.scope")
     v1 = "12:pids:/docker/abc\n11:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n1:name=systemd:/docker/abc\n"
     assert watchrun.cgroup_path(v1) == ("v1", "/docker/abc")
+    # hybrid (v1 controllers and systemd's unified line, as on Amazon Linux 2 and the sandbox's hosts): v1's memory
+    assert watchrun.cgroup_path("4:memory:/docker/abc\n1:name=systemd:/docker/abc\n0::/docker/abc\n") == \
+        ("v1", "/docker/abc")
     assert watchrun.cgroup_path("garbage") is None
     assert watchrun.memory_from_stat("v2", "anon 100\nfile 900\nshmem 20\n") == 120
     assert watchrun.memory_from_stat("v1", "cache 900\nrss 5\ntotal_rss 100\ntotal_shmem 20\ntotal_cache 900\n") == 120

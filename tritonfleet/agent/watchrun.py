@@ -321,17 +321,19 @@ def endpoint_url(label: str) -> str | None:
 
 
 def cgroup_path(proc_cgroup: str) -> tuple[str, str] | None:
-    """("v2", path) or ("v1", path of the memory controller) from ``/proc/<pid>/cgroup``."""
-    v1 = None
+    """("v1", path of the memory controller) or ("v2", path) from ``/proc/<pid>/cgroup``. A v1 memory
+    controller wins: on a hybrid host (v1 controllers, and systemd's ``0::`` line for the unified hierarchy,
+    which has no memory controller there, as in Amazon Linux 2 and the sandbox) memory is accounted in v1."""
+    v1 = v2 = None
     for line in proc_cgroup.splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
         if parts[0] == "0" and parts[1] == "":
-            return "v2", parts[2]
-        if "memory" in parts[1].split(","):
+            v2 = ("v2", parts[2])
+        elif "memory" in parts[1].split(","):
             v1 = ("v1", parts[2])
-    return v1
+    return v1 or v2
 
 
 def memory_from_stat(version: str, text: str) -> int:

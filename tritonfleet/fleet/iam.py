@@ -9,7 +9,9 @@ The inline policy grants exactly:
   the SSM parameters the ASG user data reads secrets from;
 - for an Auto Scaling group's hosts (``asg_fleet``): ``cloudwatch:PutMetricData`` in the ``tritonfleet``
   namespace only (the queue-time metric ``fleet autoscale`` tracks, :mod:`tritonfleet.agent.queuetime`), and
-  ``autoscaling:SetInstanceHealth`` on the groups tagged for that fleet only (the watchdog's ``replace``).
+  ``autoscaling:SetInstanceHealth`` on the groups tagged for that fleet only (the watchdog's ``replace``), the
+  lifecycle hooks' ``CompleteLifecycleAction`` and ``RecordLifecycleActionHeartbeat`` on them, ``ec2:DescribeTags``
+  (an instance finds its group) and ``ec2:CreateTags`` of the abandon-reason tag on the fleet's instances.
 
 Names are ``tritonfleet-<fleet>-<region>`` (IAM is global to the account), path ``/tritonfleet/``; both
 carry the fleet tags, and ``down`` deletes only what carries them.
@@ -28,6 +30,8 @@ from tritonfleet.fleet.tags import ROLE_IAM, ROLE_PROFILE, TAG_FLEET, FleetError
 
 #: the CloudWatch namespace of the hosts' metrics (tritonfleet/agent/queuetime.py's NAMESPACE)
 METRIC_NAMESPACE = "tritonfleet"
+#: the tag an abandoned launch leaves on its instance (tritonfleet/agent/lifecycle.py's)
+ABANDON_REASON_TAG = "tritonfleet:abandon-reason"
 
 PATH = "/tritonfleet/"
 POLICY_NAME = "tritonfleet-host-access"
@@ -94,7 +98,19 @@ def policy_document(access: Access, region: str, account: str) -> dict | None:
              "Condition": {"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}},
             {"Sid": "WatchdogReplace", "Effect": "Allow", "Action": "autoscaling:SetInstanceHealth",
              "Resource": f"{arn}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/*",
-             "Condition": {"StringEquals": {f"autoscaling:ResourceTag/{TAG_FLEET}": access.asg_fleet}}}]
+             "Condition": {"StringEquals": {f"autoscaling:ResourceTag/{TAG_FLEET}": access.asg_fleet}}},
+            # the lifecycle hooks (tritonfleet/agent/lifecycle.py): complete them, beat while a bootstrap runs
+            {"Sid": "LifecycleHooks", "Effect": "Allow",
+             "Action": ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
+             "Resource": f"{arn}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/*",
+             "Condition": {"StringEquals": {f"autoscaling:ResourceTag/{TAG_FLEET}": access.asg_fleet}}},
+            # which group the instance is in (its aws:autoscaling:groupName tag); DescribeTags has no resource scope
+            {"Sid": "FindOwnGroup", "Effect": "Allow", "Action": "ec2:DescribeTags", "Resource": "*"},
+            # an abandoned launch says why on the instance: that one tag, on the fleet's instances only
+            {"Sid": "AbandonReasonTag", "Effect": "Allow", "Action": "ec2:CreateTags",
+             "Resource": f"{arn}:ec2:{region}:{account}:instance/*",
+             "Condition": {"StringEquals": {f"aws:ResourceTag/{TAG_FLEET}": access.asg_fleet},
+                           "ForAllValues:StringEquals": {"aws:TagKeys": [ABANDON_REASON_TAG]}}}]
     return {"Version": "2012-10-17", "Statement": statements} if statements else None
 
 
