@@ -25,6 +25,7 @@ from tritonfleet.sandbox import layout
 
 HOSTS = ["inf2", "trn1", "gpu"]
 NEURON = ["inf2", "trn1"]
+WATCHDOG_PANELS = {"Watchdog actions per hour", "Watchdog last look"}
 DEADLINE = 120  # seconds any one wait for Prometheus may take (scrape interval 5 s)
 
 
@@ -174,7 +175,8 @@ def test_every_dashboard_expression_returns_data(monitored):
     try:
         end = time.monotonic() + 100  # a rate() over [1m] needs two scrapes (5 s apart) that saw traffic
         while time.monotonic() < end:
-            problems = dashboards.check(layout.prometheus_url(), paths)
+            # the host watchdog's panels: no watchdog runs on these hosts (test_14_watchdog.py queries them)
+            problems = dashboards.check(layout.prometheus_url(), paths, allow_empty=WATCHDOG_PANELS)
             if not problems:
                 break
             time.sleep(5)

@@ -11,6 +11,8 @@ One deploy with ``watchdog_enabled`` (a 5 s interval and a policy with short win
 - an uncorrectable memory ECC error, injected into the stand-in neuron-monitor, makes the ``replace`` policy
   call SetInstanceHealth: the host is an instance of an Auto Scaling group in the sandbox's moto (its IMDS
   instance id is the group's instance's for the test), and moto's group shows it Unhealthy;
+- the hosts dashboard's watchdog panels answer from the sandbox Prometheus, and `tritonfleet status` shows the
+  watchdog's column;
 - a second run changes nothing.
 
 What the sandbox cannot show: a real Auto Scaling group replacing the instance (moto records the health only),
@@ -20,14 +22,22 @@ tests/unit/test_watchrun.py)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import boto3
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import assert_noop, host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import ROOT, assert_noop, host_ip, pyinfra, ssh, write_inventory
+from tritonfleet.face import dashboards
+from tritonfleet.face.status import fleet_status
 from tritonfleet.sandbox import fleet, layout
+
+TF = str(Path(sys.executable).parent / "tritonfleet")
+HOSTS_DASHBOARD = ROOT / "dashboards" / "tritonfleet-hosts.json"
 
 HOST = "inf2"
 STATE = "/var/lib/tritonfleet/watchdog/last.json"
@@ -112,10 +122,15 @@ def watched(sandbox, tmp_path_factory):
     base = tmp_path_factory.mktemp("watchdog")
     inv = write_inventory(base, [HOST], extra={
         "watchdog_enabled": True, "watchdog_interval_seconds": 5, "watchdog_policy": POLICY,
-        "watchdog_asg_endpoint": fleet.s3_endpoint(), "watchdog_asg_region": layout.S3_REGION})
+        "watchdog_asg_endpoint": fleet.s3_endpoint(), "watchdog_asg_region": layout.S3_REGION,
+        # node_exporter reads the watchdog's textfile; the sandbox Prometheus scrapes it (the hosts dashboard)
+        "monitoring_with_serve": True, "monitoring_fleet": "sandbox"})
     try:
         run = pyinfra(inv, "deploys/serve.py")
         assert run.returncode == 0, run.output[-5000:]
+        out = subprocess.run([TF, "monitoring", "targets", "--inventory", str(inv), "--out",
+                              str(layout.monitoring_dir())], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
         # a fresh service: its restart budget and action counts start at 0 (the deploy restarts it only when
         # its policy or unit changed: not when this module ran before on this sandbox)
         started = time.time()
@@ -172,6 +187,23 @@ def test_an_uncorrectable_neuron_error_marks_the_instance_unhealthy_in_its_group
     assert replaced[0]["outcome"] == "done", replaced
     assert health().upper() == "UNHEALTHY"
     assert _metric("replace", "neuron_hw_error") == 1
+
+
+def test_the_hosts_dashboard_and_status_show_the_watchdog(watched):
+    """The hosts dashboard's watchdog panels answer from the sandbox Prometheus (node_exporter's textfile), and
+    `tritonfleet status` has the watchdog's column for the server."""
+    panels = {title: expr for title, _, expr in dashboards.expressions(dashboards.load(HOSTS_DASHBOARD))
+              if title.startswith("Watchdog")}
+    assert set(panels) == {"Watchdog actions per hour", "Watchdog last look"}
+    for title, expr in panels.items():
+        query = dashboards.instantiate(expr, {"fleet": "sandbox", "host": HOST})
+        _wait(f"{title} in Prometheus", lambda q=query: dashboards.query(layout.prometheus_url(), q)["result"])
+    actions = dashboards.query(layout.prometheus_url(), dashboards.instantiate(
+        panels["Watchdog actions per hour"], {"fleet": "sandbox", "host": HOST}))["result"]
+    seen = {(r["metric"]["reason"], r["metric"]["action"]) for r in actions}
+    assert {("crash_loop", "restart"), ("neuron_hw_error", "replace")} <= seen, seen
+    (row,) = fleet_status(watched[0])
+    assert row["serving"] and " in 1h, last: " in row["watchdog"], row
 
 
 def test_a_second_run_changes_nothing(watched):

@@ -212,3 +212,20 @@ def test_a_session_failing_while_docker_is_asked_is_docker_not_answering(host, e
     with pytest.raises(health.DockerNotAnswering) as caught:
         health.triton_containers(session)
     assert str(caught.value) == said
+
+
+def test_read_host_reads_the_watchdogs_state_file_as_root_when_asked(host, monkeypatch, tmp_path):
+    from tritonfleet.agent import watchrun
+
+    state = tmp_path / "watchdog" / "last.json"
+    monkeypatch.setattr(watchrun, "STATE_FILE", str(state))
+    monkeypatch.setattr(health, "connect", lambda name, data: host.session(**data))
+    data = {"ssh_hostname": "127.0.0.1", "_sudo": True}
+    assert health.read_host("h1", data, watchdog=True).watchdog is None  # no watchdog on the host
+    state.parent.mkdir()
+    state.write_text(json.dumps({"schema": 1, "at": 5.0, "actions": []}))
+    assert health.read_host("h1", data, watchdog=True).watchdog == {"schema": 1, "at": 5.0, "actions": []}
+    assert health.read_host("h1", data).watchdog is None  # not asked: not read (the rollout's health gate)
+    state.write_text("{half a file")
+    assert health.read_host("h1", data, watchdog=True).watchdog is None
+    assert any(f"cat {state}" in call for call in host.sudo_calls())  # through sudo: the file is root's

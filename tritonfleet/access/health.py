@@ -104,6 +104,8 @@ class HostHealth:
     unreachable: str | None = None
     #: why Docker did not answer, None when it did
     docker_error: str | None = None
+    #: the watchdog's state file (tritonfleet/agent/watchrun.py), when asked for and the host has one
+    watchdog: dict | None = None
 
     @property
     def error(self) -> str | None:
@@ -125,9 +127,10 @@ class HostHealth:
         return self.error or "; ".join(f"{s.server}: {s.state}, ready: {s.ready}" for s in self.servers)
 
 
-def read_host(name: str, data: dict, *, previous: bool = False) -> HostHealth:
+def read_host(name: str, data: dict, *, previous: bool = False, watchdog: bool = False) -> HostHealth:
     """Connect to the host and read every Triton server on it: the ones Docker has and the ones the inventory
-    places there. ``previous``: also read each server's rollback target from its host record."""
+    places there. ``previous``: also read each server's rollback target from its host record; ``watchdog``:
+    also the watchdog's state file (:func:`watchdog_state`)."""
     placed = placements(name, data)
     expected = {p.name: p.http_port for p in placed.values()}
     started = time.monotonic()
@@ -155,7 +158,8 @@ def read_host(name: str, data: dict, *, previous: bool = False) -> HostHealth:
             servers.append(ServerHealth(name, server, port, c, docker_error, ready, models,
                                         previous_record(session, server) if previous else None,
                                         placed=p is not None, loads=p.models if p is not None else None))
-        health = HostHealth(name, servers, docker_error=docker_error)
+        health = HostHealth(name, servers, docker_error=docker_error,
+                            watchdog=watchdog_state(session) if watchdog else None)
         logger.debug("%s: %s in %.1fs", name, "serving" if health.serving else health.seen(),
                      time.monotonic() - started)
         return health
@@ -200,6 +204,19 @@ def ask_triton(session: Session, addr: str, port: str, header: str) -> tuple[boo
         return ready, sorted(m["name"] for m in index if m.get("state") == "READY")
     except (ValueError, TypeError, KeyError):
         return ready, None
+
+
+def watchdog_state(session: Session) -> dict | None:
+    """The watchdog's last pass and recent actions (its state file, read as root); None when the host has no
+    watchdog, or the file cannot be read as the JSON object it writes."""
+    from tritonfleet.agent.watchrun import STATE_FILE
+
+    rc, out, _ = session.run(f"cat {shlex.quote(STATE_FILE)}", root=True)
+    try:
+        state = json.loads(out) if rc == 0 else None
+    except ValueError:
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def previous_record(session: Session, server: str) -> hc.ServerRecord | None:

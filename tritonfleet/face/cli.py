@@ -85,8 +85,8 @@ def main(ctx: click.Context, verbose: int) -> None:
 @click.option("--prometheus", envvar="TRITONFLEET_PROMETHEUS", default=None, metavar="URL",
               help="Prometheus to read exporter state from (implies --exporters; or set TRITONFLEET_PROMETHEUS).")
 def status(inventory: str, previous: bool, exporters: bool, prometheus: str | None) -> None:
-    """Table per host and Triton server: image, devices, cores, state, uptime, ready models, endpoint
-    (and exporters with --exporters).
+    """Table per host and Triton server: image, devices, cores, state, uptime, ready models, endpoint,
+    the host watchdog's recent actions where it runs (and exporters with --exporters).
 
     Exits non-zero when a host is out of reach or a server is not serving."""
     from tritonfleet.face.status import fleet_status, print_status

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -77,15 +78,44 @@ def server_row(data: dict, s: ServerHealth) -> dict[str, Any]:
     }
 
 
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def watchdog_cell(state: dict | None, server: str, now: float) -> str:
+    """The watchdog column of a server: ``-`` (no watchdog on the host), ``stale`` when its last pass is more
+    than three intervals old (the service is not running), else its actions of the last hour about this
+    server or its host (``watching`` when there were none), the newest first, failed ones said."""
+    if not state:
+        return "-"
+    at, interval = float(state.get("at") or 0), float(state.get("interval") or 30)
+    if now - at > 3 * interval + 30:
+        return f"stale: last look {_ago(now - at)} ago"
+    mine = [a for a in state.get("actions") or [] if isinstance(a, dict) and a.get("server") in (server, None, "")
+            and now - float(a.get("at") or 0) <= 3600]
+    if not mine:
+        return "watching"
+    last = mine[-1]
+    failed = " (failed)" if str(last.get("outcome", "")).startswith("failed") else ""
+    return (f"{len(mine)} in 1h, last: {last.get('kind')} for {last.get('reason')}{failed} "
+            f"{_ago(now - float(last.get('at') or 0))} ago")
+
+
 def host_rows(data: dict, health: HostHealth, *, previous: bool = False) -> list[dict[str, Any]]:
-    """One row per server of the host, or one row saying why there is none."""
+    """One row per server of the host, or one row saying why there is none; with the watchdog's column when the
+    host has a watchdog."""
     if health.error is not None:
         return [{"host": health.host, "error": health.error, "serving": False}]
     rows = []
+    now = time.time()
     for s in health.servers:
         row = server_row(data, s)
         if previous:
             row["previous"] = _previous(s.previous)
+        if health.watchdog is not None:
+            row["watchdog"] = watchdog_cell(health.watchdog, s.server, now)
         rows.append(row)
     return rows
 
@@ -125,7 +155,7 @@ def host_status(name: str, data: dict, *, previous: bool = False) -> list[dict[s
     balancer's are its view of the backends (:func:`balancer_rows`)."""
     if is_balancer(data):
         return balancer_rows(name, data)
-    return host_rows(data, read_host(name, data, previous=previous), previous=previous)
+    return host_rows(data, read_host(name, data, previous=previous, watchdog=True), previous=previous)
 
 
 def fleet_status(inventory: str | Path, *, previous: bool = False, exporters: bool = False,
@@ -154,7 +184,8 @@ def print_status(rows: list[dict[str, Any]], *, previous: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    cols = COLUMNS + (["previous"] if previous else []) + (["exporters"] if rows and "exporters" in rows[0] else [])
+    cols = COLUMNS + (["previous"] if previous else []) + (["watchdog"] if any("watchdog" in r for r in rows) else []) \
+        + (["exporters"] if rows and "exporters" in rows[0] else [])
     table = Table(title="tritonfleet status")
     for col in cols:
         table.add_column(col.replace("_", " "))
@@ -162,5 +193,5 @@ def print_status(rows: list[dict[str, Any]], *, previous: bool = False) -> None:
         if "error" in r:
             table.add_row(r["host"], "[red]" + r["error"] + "[/red]", *[""] * (len(cols) - 2))
         else:
-            table.add_row(*[str(r[c]) for c in cols])
+            table.add_row(*[str(r.get(c, "-")) for c in cols])
     Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -168,8 +168,15 @@ def stop_host(h: HostState, timeout: float = 20, *, discard: bool = False) -> No
     ``timeout`` for systemd in the host to stop Docker and its containers (some 10 s on a serving host)."""
     pid = h.nspawn_pid
     if pid and machine.ours(pid, lambda cmd: is_launcher(cmd, h.root) or is_nspawn(cmd, h.root)):
-        # SIGKILL to the launcher first: it must not start nspawn again when nspawn goes
-        machine.terminate([pid], sig=signal.SIGKILL if discard else signal.SIGTERM, grace=timeout)
+        if discard:
+            # The host's init (nspawn's child) first: the kernel kills everything in its PID namespace and the
+            # dying init reaps it, nspawn reaps the init and ends, and the launcher, whose nspawn ended without
+            # asking for a reboot, ends too. Killing a parent before its children would leave them to PID 1 as
+            # zombies.
+            inits = [init for nspawn in [pid, *_children(pid)] for init in _children(nspawn)
+                     if not is_nspawn(machine.cmdline(init), h.root)]
+            machine.terminate(inits, sig=signal.SIGKILL, grace=timeout)
+        machine.terminate([pid], grace=timeout)
     # Whatever is left in the host's cgroups (e.g. after a crash) goes too.
     for cg in cgroups.host_cgroups(h.cgroup):
         machine.terminate(cgroups.cgroup_pids(cg), sig=signal.SIGKILL)
@@ -178,6 +185,13 @@ def stop_host(h: HostState, timeout: float = 20, *, discard: bool = False) -> No
     for cg in cgroups.host_cgroups(h.cgroup):
         cgroups.remove_tree(cg)
         cgroups.remove_if_empty(cg.parent)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def remove_host(h: HostState) -> None:
