@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tritonfleet.agent.publish import textfile
+from tritonfleet.agent.watchdog import textfile as watchdog_textfile
 from tritonfleet.face import dashboards, promsvg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,6 +146,7 @@ def test_the_dashboards_use_the_exporters_metric_names():
                  "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
                  "nv_inference_count", "nv_inference_exec_count", "nv_inference_pending_request_count",
                  "tritonfleet_qa_failures", "tritonfleet_qa_last_run_timestamp_seconds",
+                 "tritonfleet_watchdog_actions_total", "tritonfleet_watchdog_last_run_timestamp_seconds",
                  "neuroncore_utilization_ratio", "neuron_runtime_memory_used_bytes", "neuroncore_memory_usage_tensors",
                  "execution_errors_total", "execution_status_total", "hardware_ecc_events_total",
                  "neuron_hardware_info", "node_cpu_seconds_total", "node_memory_MemAvailable_bytes",
@@ -428,6 +430,9 @@ def node_metrics(host, elapsed, now):
     # what the scheduled QA run leaves in the textfile directory, as the agent writes it
     failed = 1 if family == "trn1" else 0
     out += textfile({"summary": {"cases": 24, "failed": failed, "errors": 0}}, now - 3600 * k).splitlines()
+    # and what the host watchdog leaves there (tritonfleet/agent/watchdog.py writes it): a restart now and then
+    out += watchdog_textfile({("triton", "crash_loop", "restart"): 1 + int(elapsed // 10),
+                              ("", "foreign_cores", "report"): 1}, now - 5 * k).splitlines()
     return out
 
 
