@@ -195,13 +195,17 @@ def test_the_hosts_dashboard_and_status_show_the_watchdog(watched):
     panels = {title: expr for title, _, expr in dashboards.expressions(dashboards.load(HOSTS_DASHBOARD))
               if title.startswith("Watchdog")}
     assert set(panels) == {"Watchdog actions per hour", "Watchdog last look"}
-    for title, expr in panels.items():
-        query = dashboards.instantiate(expr, {"fleet": "sandbox", "host": HOST})
-        _wait(f"{title} in Prometheus", lambda q=query: dashboards.query(layout.prometheus_url(), q)["result"])
-    actions = dashboards.query(layout.prometheus_url(), dashboards.instantiate(
-        panels["Watchdog actions per hour"], {"fleet": "sandbox", "host": HOST}))["result"]
-    seen = {(r["metric"]["reason"], r["metric"]["action"]) for r in actions}
-    assert {("crash_loop", "restart"), ("neuron_hw_error", "replace")} <= seen, seen
+    query = {title: dashboards.instantiate(expr, {"fleet": "sandbox", "host": HOST}) for title, expr in panels.items()}
+    _wait("the watchdog's last look in Prometheus",
+          lambda: dashboards.query(layout.prometheus_url(), query["Watchdog last look"])["result"])
+    wanted = {("crash_loop", "restart"), ("neuron_hw_error", "replace"), ("foreign_cores", "report")}
+
+    def actions() -> set | None:  # every action of the tests above, once a scrape has seen them (every 5 s)
+        result = dashboards.query(layout.prometheus_url(), query["Watchdog actions per hour"])["result"]
+        seen = {(r["metric"]["reason"], r["metric"]["action"]) for r in result}
+        return seen if wanted <= seen else None
+
+    _wait("the watchdog's actions in Prometheus", actions)
     (row,) = fleet_status(watched[0])
     assert row["serving"] and " in 1h, last: " in row["watchdog"], row
 
