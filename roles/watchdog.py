@@ -56,10 +56,15 @@ class Settings(RoleSettings):
         "Auto Scaling endpoint URL for the replace action's SetInstanceHealth; None = AWS's."))
     asg_region: str | None = Field(None, description=(
         "Region of the host's Auto Scaling group; None: the instance's own (from IMDS)."))
+    queue_time_fleet: str | None = Field(None, description=(
+        "Publish each Triton server's queue time per request to CloudWatch every minute, dimension fleet=this "
+        "(the metric `tritonfleet fleet autoscale` tracks); None: not published."))
 
     _dir = field_validator("textfile_dir")(matching(r"^/[\w./-]+$", "expected an absolute directory"))
     _endpoint = field_validator("asg_endpoint")(lambda v: http_url(v))
     _region = field_validator("asg_region")(matching(r"^[a-z]{2,}(-[a-z0-9]+)+$", "expected a region name"))
+    _fleet = field_validator("queue_time_fleet")(matching(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
+                                                          "expected a fleet name (letters, digits, _ . -)"))
 
     @field_validator("policy")
     @classmethod
@@ -122,6 +127,12 @@ def command(cfg: HostConfig) -> list[str]:
         cmd += ["--endpoint-url", w.asg_endpoint]
     if w.asg_region:
         cmd += ["--region", w.asg_region]
+    if w.queue_time_fleet:
+        cmd += ["--queue-time-fleet", w.queue_time_fleet, "--queue-time-family", cfg.instance.family]
+        for p in cfg.triton.placements:  # each server's metrics port, where it listens
+            host = "127.0.0.1" if p.bind_address in ("0.0.0.0", "::") else p.bind_address
+            host = f"[{host}]" if ":" in host else host
+            cmd += ["--queue-time-url", f"http://{host}:{p.metrics_port}/metrics"]
     return cmd
 
 

@@ -608,6 +608,10 @@
 ## Region of the host's Auto Scaling group; None: the instance's own (from IMDS).
 # watchdog_asg_region = None
 
+## Publish each Triton server's queue time per request to CloudWatch every minute, dimension
+## fleet=this (the metric `tritonfleet fleet autoscale` tracks); None: not published.
+# watchdog_queue_time_fleet = None
+
 ## -------------------------------------------------------------------------------------------------
 ## rollout (roles/rollout.py): how a rollout drains hosts (ELBv2 or HAProxy) and judges a traffic
 ## canary

@@ -147,6 +147,7 @@ def test_switched_off_it_is_stopped_and_removed(monkeypatch):
     ("watchdog_drain_command", ["/bin/x", "{host}"], "'{host}': only {server}, {container} and {port} are replaced"),
     ("watchdog_interval_seconds", 2, "greater than or equal to 5"),
     ("watchdog_asg_region", "US East", "expected a region name"),
+    ("watchdog_queue_time_fleet", "prod fleet", "expected a fleet name"),
 ])
 def test_a_bad_setting_is_refused_by_preflight_in_one_line(monkeypatch, setting, value, words):
     with pytest.raises(PyinfraError) as exc:
@@ -171,3 +172,17 @@ def test_serve_is_unchanged_while_the_watchdog_is_off_and_includes_it_when_on(mo
     monkeypatch.undo()
     on = run_deploys(SERVE_DEPLOY, {**data, "watchdog_enabled": True}, "ubuntu2204", monkeypatch)
     assert UNIT in on.uploads and POLICY in on.uploads
+
+
+def test_the_queue_time_goes_to_cloudwatch_from_each_servers_metrics_port(monkeypatch):
+    """watchdog_queue_time_fleet: the service publishes fleet autoscale's metric, from every server the host
+    runs (an inf2.24xlarge split in three: each its own metrics port), with the host's family."""
+    rec = run_deploys(watchdog, {**ON, "instance_type": "inf2.24xlarge", "watchdog_queue_time_fleet": "prod",
+                                 "triton_servers": [{"devices": [0, 1]}, {"devices": [2, 3]}, {"devices": [4, 5]}]},
+                      "ubuntu2204", monkeypatch)
+    unit = rec.uploads[UNIT]
+    assert "--queue-time-fleet prod --queue-time-family inf2 " in unit
+    urls = re.findall(r"--queue-time-url (\S+)", unit)
+    assert len(urls) == 3 and len(set(urls)) == 3 and all(u.startswith("http://127.0.0.1:") for u in urls), urls
+    off = run_deploys(watchdog, {**ON, "instance_type": "inf2.24xlarge"}, "ubuntu2204", monkeypatch)
+    assert "--queue-time" not in off.uploads[UNIT]

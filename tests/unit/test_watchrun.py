@@ -6,6 +6,7 @@ and ``tritonfleet-agent watchdog``'s arguments. Pure: no Docker, no Triton, no r
 
 from __future__ import annotations
 
+import datetime
 import functools
 import http.client
 import io
@@ -873,6 +874,8 @@ def base_args(d: Path) -> list[str]:
     (["--policy", "{notjson}"], "--policy {d}/notjson.json: watchdog policy: not valid JSON: "),
     (["--textfile-dir", "{d}/policy.json"], "--textfile-dir {d}/policy.json: not a directory"),
     (["--state", "{d}/prom"], "--state {d}/prom: a directory, not a file"),
+    (["--queue-time-fleet", "prod"], "--queue-time-fleet, --queue-time-family and --queue-time-url go together"),
+    (["--queue-time-url", "file:///x"], "argument --queue-time-url: not an http(s) URL"),
 ])
 def test_bad_watchdog_arguments_exit_2_in_one_line(capsys, files, monkeypatch, change, words):
     (files / "bad.json").write_text('{"leak_window_seconds": -5}')
@@ -911,3 +914,77 @@ def test_watchdog_once_runs_one_pass_and_writes_its_files(capsys, files, monkeyp
     state = json.loads((files / "s" / "l.json").read_text())
     assert state["schema"] == 1 and set(state["host"]["probes"]) >= {"neuron-ls", "nvidia-smi"}
     assert (files / "prom" / watchrun.TEXTFILE).read_text().startswith("# HELP tritonfleet_watchdog_actions_total")
+
+
+def test_the_queue_time_is_published_once_a_minute_from_the_servers_metrics(tmp_path, monkeypatch, capsys, files):
+    """--queue-time-*: each server's queue time per request goes to CloudWatch (moto) from the loop, once per
+    QUEUE_TIME_PERIOD whatever the interval; a failure is one journal line and the loop goes on."""
+    import http.server
+    import threading
+
+    import boto3
+    from moto import mock_aws
+
+    body = {"text": ""}
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            data = body["text"].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+
+    def counters(queue_us: int, requests: int) -> str:
+        return (f'nv_inference_queue_duration_us{{model="bert",version="1"}} {queue_us}\n'
+                f'nv_inference_request_success{{model="bert",version="1"}} {requests}\n')
+
+    got = []
+    monkeypatch.setattr(watchrun, "main", lambda options, once: got.append(options) or 0)
+    assert agent(capsys, *base_args(files), "--queue-time-fleet", "prod", "--queue-time-family", "inf2",
+                 "--queue-time-url", url)[0] == 0
+    (options,) = got
+    assert options.queue_time == watchrun.QueueTimeOptions((url,), "prod", "inf2")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        host, clock = FakeHost(), Clock()
+        run = make(host, clock, tmp_path, region="us-east-1", queue_time=watchrun.QueueTimeOptions(
+            (url,), "prod", "inf2", state=str(tmp_path / "queue-time.json")))
+        passes, now = [], [0.0]
+        monkeypatch.setattr(watchrun.time, "monotonic", lambda: now[0])
+
+        class Stop:
+            def is_set(self) -> bool:
+                return len(passes) >= 5
+
+            def wait(self, seconds: float) -> None:
+                now[0] += 30  # the interval: a publication every other pass
+                passes.append(1)
+                body["text"] = counters(4000 * len(passes), 2 * len(passes))  # 2 requests, 4 ms queued, a pass
+
+        run.stop = Stop()
+        body["text"] = counters(0, 0)
+        run.loop()
+        cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+        stats = cloudwatch.get_metric_statistics(
+            Namespace="tritonfleet", MetricName="QueueTimePerRequest",
+            # (both dimensions: moto matches a subset, so fleet alone would count each value's two copies)
+            Dimensions=[{"Name": "fleet", "Value": "prod"}, {"Name": "family", "Value": "inf2"}],
+            StartTime=datetime.datetime(2000, 1, 1), EndTime=datetime.datetime(2100, 1, 1), Period=60,
+            Statistics=["Average", "SampleCount"])["Datapoints"]
+        # passes at 0, 30, 60, 90, 120 s: published at 0 (the baseline: nothing yet), 60 and 120
+        assert sum(d["SampleCount"] for d in stats) == 2 and {d["Average"] for d in stats} == {2.0}
+        assert not [line for line in journal(run) if "queue time" in line]  # nothing to say when it works
+        server.shutdown()
+        run.stop = type("Once", (), {"is_set": lambda self: False, "wait": lambda self, s: None})()
+        run.loop(once=True)  # the server gone: one line, the loop goes on
+        assert any(line.startswith("watchdog: queue time: ") and url in line for line in journal(run))

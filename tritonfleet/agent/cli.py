@@ -352,6 +352,12 @@ def _add_watchdog(commands) -> None:
     watchdog.add_argument("--endpoint-url", type=_endpoint, metavar="URL",
                           help="another Auto Scaling endpoint (for replace)")
     watchdog.add_argument("--region", type=_region, help="the Auto Scaling group's region (default: from IMDS)")
+    watchdog.add_argument("--queue-time-fleet", metavar="FLEET",
+                          help="publish each server's queue time per request to CloudWatch every minute, with "
+                               "dimension fleet=FLEET (queuetime.py; fleet autoscale's metric)")
+    watchdog.add_argument("--queue-time-family", metavar="FAMILY", help="the family dimension, e.g. inf2")
+    watchdog.add_argument("--queue-time-url", action="append", default=[], type=_endpoint, metavar="URL",
+                          help="a Triton server's metrics URL, http://127.0.0.1:8002/metrics (repeatable)")
     watchdog.set_defaults(run=_watchdog, parser=watchdog)
 
 
@@ -554,7 +560,7 @@ def _switch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _watchdog(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .watchpolicy import PolicyError
-    from .watchrun import Options, load_config
+    from .watchrun import Options, QueueTimeOptions, load_config
     from .watchrun import main as watch
 
     if not os.path.isdir(args.textfile_dir):
@@ -565,9 +571,14 @@ def _watchdog(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         config = load_config(args.policy)
     except PolicyError as exc:
         parser.error(f"--policy {args.policy}: {exc}")
+    queue_time = None
+    if args.queue_time_fleet or args.queue_time_url or args.queue_time_family:
+        if not (args.queue_time_fleet and args.queue_time_family and args.queue_time_url):
+            parser.error("--queue-time-fleet, --queue-time-family and --queue-time-url go together")
+        queue_time = QueueTimeOptions(tuple(args.queue_time_url), args.queue_time_fleet, args.queue_time_family)
     options = Options(config=config, interval=args.interval, textfile_dir=args.textfile_dir, state=args.state,
                       header_file=args.header_file, neuron_exporter=args.neuron_exporter,
-                      endpoint_url=args.endpoint_url, region=args.region)
+                      endpoint_url=args.endpoint_url, region=args.region, queue_time=queue_time)
     return watch(options, once=args.once)
 
 

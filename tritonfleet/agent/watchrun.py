@@ -101,6 +101,7 @@ service starts them afresh.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -406,6 +407,24 @@ class Options:
     proc: str = "/proc"
     cgroup_root: str = "/sys/fs/cgroup"
     kill_grace: float = KILL_GRACE
+    #: the queue time per request for the fleet's scaling policy (:mod:`.queuetime`): published every
+    #: :data:`QUEUE_TIME_PERIOD` seconds when set
+    queue_time: QueueTimeOptions | None = None
+
+
+#: seconds between two queue-time publications (CloudWatch's target-tracking alarms look at one-minute periods)
+QUEUE_TIME_PERIOD = 60.0
+QUEUE_TIME_STATE = "/var/lib/tritonfleet/watchdog/queue-time.json"
+
+
+@dataclass(frozen=True)
+class QueueTimeOptions:
+    """What :func:`.queuetime.main_once` needs: the servers' metrics URLs, the dimensions, its state file."""
+
+    urls: tuple[str, ...]
+    fleet: str
+    family: str
+    state: str = QUEUE_TIME_STATE
 
 
 @dataclass
@@ -849,16 +868,36 @@ class WatchRun:
     def loop(self, once: bool = False) -> None:
         """Pass after pass, ``interval`` apart (at least a tenth of it between the end of one and the start of
         the next), until :attr:`stop` is set (SIGTERM); a pass that fails is a journal line."""
+        published = -math.inf
         while not self.stop.is_set():
             started = time.monotonic()
             try:
                 self.once()
             except Exception as exc:  # noqa: BLE001 - the loop outlives any pass
                 self.say(f"watchdog: pass failed: {describe_error(exc)}")
+            if self.options.queue_time and (once or started - published >= QUEUE_TIME_PERIOD - 1):
+                published = started
+                self.publish_queue_time()
             if once:
                 return
             interval = self.options.interval
             self.stop.wait(max(interval - (time.monotonic() - started), interval / 10))
+
+
+    def publish_queue_time(self) -> None:
+        """The servers' queue time per request to CloudWatch (:func:`.queuetime.main_once`); its lines go to the
+        journal only when something failed (a healthy host says nothing every minute)."""
+        from . import queuetime
+
+        q = self.options.queue_time
+        assert q is not None
+        try:
+            code, lines = queuetime.main_once(q.urls, q.fleet, q.family, q.state, region=self.options.region,
+                                              endpoint_url=self.options.endpoint_url)
+        except Exception as exc:  # noqa: BLE001 - the loop outlives any publication
+            code, lines = 1, [describe_error(exc)]
+        if code != 0:
+            self.say("watchdog: queue time: " + "; ".join(lines))
 
 
 def model_states(body: str) -> dict[str, bool]:
