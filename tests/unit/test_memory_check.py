@@ -329,3 +329,14 @@ def test_plan_takes_each_hosts_headroom_and_shows_a_plan_preflight_refuses(tmp_p
     assert plan(triton_memory_headroom_pct=0).exit_code == 0
     assert plan("--headroom", "10", triton_memory_headroom_pct=0).exit_code == 1
     assert plan("--headroom", "0").exit_code == 0
+
+
+def test_a_first_version_that_does_not_fit_says_nothing_serves_yet(endpoint, s3, bucket, tmp_path, capsys):  # noqa: F811
+    """No current version to keep serving: the refusal says so (and makes none)."""
+    dest = tmp_path / "models"
+    set_remote(s3, bucket, "repo", V2)  # 29000 MiB on a 16 GiB device
+    code, out, err = agent(capsys, *sync_args(endpoint, bucket, dest, "--server-capacity", "triton=1x16384",
+                                              "--host-name", "inf2-a"))
+    assert code == 1 and out["status"] == "failed"
+    assert err.endswith("refused before the switch: there is no current version yet\n"), err
+    assert not (dest / "current").exists()
