@@ -13,6 +13,7 @@ import pytest
 
 from tritonfleet import hostcontract as hc
 from tritonfleet.access import health
+from tritonfleet.agent import watchrun
 from tritonfleet.face import status
 
 
@@ -190,7 +191,7 @@ def test_host_status_sends_the_repository_header_and_asks_the_default_port(monke
         ("right", "http://h1:8020", "i:0 (spec s0)", "docker not answering (docker exited with status 1)")]
     assert connected == ["h1"]
     assert [c["command"] for c in session.calls if c["command"].startswith("cat ")] == [
-        f"cat {hc.record_path('left')}", f"cat {hc.record_path('right')}"]
+        f"cat {hc.record_path('left')}", f"cat {hc.record_path('right')}", f"cat {watchrun.STATE_FILE}"]
     asked = session.triton_calls()
     assert [c["stdin"] for c in asked] == ["x-tritonfleet-repository-key: sec"] * 2
     assert "for a in 127.0.0.1; do b=http://$a:8010/v2;" in asked[0]["command"]

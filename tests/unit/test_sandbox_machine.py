@@ -87,17 +87,3 @@ def test_service_processes_are_recognised_from_any_cache_dir():
     assert services._runs(as_script, moto) and services._runs(moto, moto)
     assert not services._runs(moto[:-1], moto)
 
-
-def test_the_hosts_parent_cgroup_weighs_more_than_its_peers(tmp_path):
-    """The sandbox's hosts come before other work on a shared machine: CPU_SHARES times the default weight, in
-    the hierarchy that has the cpu controller (v1 cpu.shares, v2 cpu.weight), nothing written elsewhere."""
-    v1, v2, other = tmp_path / "cpu", tmp_path / "unified", tmp_path / "pids"
-    for d in (v1, v2, other):
-        d.mkdir()
-    (v1 / "cpu.shares").write_text("1024\n")
-    (v2 / "cpu.weight").write_text("100\n")
-    for d in (v1, v2, other):
-        cgroups._weigh(d)
-    assert (v1 / "cpu.shares").read_text() == str(1024 * cgroups.CPU_SHARES)
-    assert (v2 / "cpu.weight").read_text() == str(100 * cgroups.CPU_SHARES)
-    assert cgroups.CPU_SHARES > 1 and list(other.iterdir()) == []

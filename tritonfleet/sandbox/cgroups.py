@@ -1,11 +1,6 @@
 """Host cgroups: every host runs in ``<cgroup of the process that started it>/tritonfleet-sandbox/<host>``,
 in every hierarchy. Only directories named exactly :data:`~layout.CGROUP_PARENT` are ours (no prefix
-matching); earlier versions made ``tritonfleet-sandbox-<host>`` directories, found by exact name.
-
-The hosts' parent cgroup gets :data:`CPU_SHARES` times the default CPU weight (``cpu.shares`` on v1,
-``cpu.weight`` on v2, where the controller is there): the sandbox stands for machines of their own, so on a
-shared machine its hosts come before other work (tests on another worker, a mutation run) rather than as one
-peer of every process beside them."""
+matching); earlier versions made ``tritonfleet-sandbox-<host>`` directories, found by exact name."""
 
 from __future__ import annotations
 
@@ -18,7 +13,6 @@ from tritonfleet.sandbox.layout import CGROUP_PARENT
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MAX_DEPTH = 3  # where the starting process's cgroup may be, below a hierarchy's root
-CPU_SHARES = 4  # the hosts' parent cgroup's CPU weight, in defaults (v1 cpu.shares 1024, v2 cpu.weight 100)
 
 
 def _cgroup_mounts() -> list[tuple[str, Path]]:
@@ -49,21 +43,11 @@ def _make(parent: Path, name: str, cpuset: bool) -> Path:
     return child
 
 
-def _weigh(parent: Path) -> None:
-    """The hosts' parent's CPU weight (:data:`CPU_SHARES`), where this hierarchy has the cpu controller."""
-    for name, default in (("cpu.shares", 1024), ("cpu.weight", 100)):
-        with contextlib.suppress(OSError):
-            if (parent / name).is_file():
-                (parent / name).write_text(str(default * CPU_SHARES))
-
-
 def enter(host: str) -> Callable[[], None]:
     """preexec_fn moving the child into ``<current>/CGROUP_PARENT/<host>`` in every hierarchy."""
     targets = []
     for ctl, current in _cgroup_mounts():
-        parent = _make(current, CGROUP_PARENT, ctl == "cpuset")
-        _weigh(parent)
-        group = _make(parent, host, ctl == "cpuset")
+        group = _make(_make(current, CGROUP_PARENT, ctl == "cpuset"), host, ctl == "cpuset")
         targets.append(str(group / "cgroup.procs"))
 
     def move() -> None:
