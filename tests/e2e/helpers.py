@@ -184,3 +184,18 @@ def killed_first_run(inv, marker: str, delay: float) -> str:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
     return "".join(lines)
+
+
+def poll(what: str, check, deadline: float, interval: float = 1.0, context=lambda: "") -> object:
+    """``check()`` every ``interval`` seconds until it returns something truthy (returned), bounded by ``deadline``
+    seconds; then the test fails naming ``what``, the last answer and ``context()``."""
+    import pytest
+
+    end = time.monotonic() + deadline
+    last = None
+    while time.monotonic() < end:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"{what}: not seen within {deadline}s (last: {last!r}){context()}")

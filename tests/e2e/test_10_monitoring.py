@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import ROOT, assert_noop, host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import ROOT, assert_noop, host_ip, poll, pyinfra, ssh, write_inventory
 from tritonfleet.face import dashboards
 from tritonfleet.sandbox import layout
 
@@ -42,15 +42,8 @@ def by_host(expr: str) -> dict[str, float]:
 
 
 def wait_for(what: str, check, deadline: float = DEADLINE):
-    """Poll ``check()`` (bounded in time) until it returns something truthy; fail naming ``what``."""
-    end = time.monotonic() + deadline
-    last = None
-    while time.monotonic() < end:
-        last = check()
-        if last:
-            return last
-        time.sleep(2)
-    pytest.fail(f"{what} not seen in Prometheus within {deadline}s (last: {last!r})")
+    """Poll ``check()`` every 2 s (bounded in time) until it returns something truthy; fail naming ``what``."""
+    return poll(f"{what} in Prometheus", check, deadline, interval=2)
 
 
 def infer(host: str, n: int) -> int:

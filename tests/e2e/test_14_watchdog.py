@@ -31,7 +31,7 @@ import boto3
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import ROOT, assert_noop, host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import ROOT, assert_noop, host_ip, poll, pyinfra, ssh, write_inventory
 from tritonfleet.face import dashboards
 from tritonfleet.face.status import fleet_status
 from tritonfleet.sandbox import fleet, layout
@@ -66,14 +66,7 @@ def _actions(reason: str, since: float) -> list[dict]:
 
 
 def _wait(what: str, check, deadline: float = DEADLINE):
-    end = time.monotonic() + deadline
-    last = None
-    while time.monotonic() < end:
-        last = check()
-        if last:
-            return last
-        time.sleep(1)
-    pytest.fail(f"{what}: not seen within {deadline}s (last: {last!r}); state: {json.dumps(_state())[:3000]}")
+    return poll(what, check, deadline, context=lambda: f"; state: {json.dumps(_state())[:3000]}")
 
 
 def _metric(action: str, reason: str) -> float:

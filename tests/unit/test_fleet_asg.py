@@ -4,6 +4,7 @@ deploys from it, the launch template and the group (moto), and their removal by 
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import io
 import json
@@ -264,12 +265,75 @@ def test_a_failed_deploy_abandons_the_launch_with_its_reason(built, tmp_path):
     assert not (root / UNIT).exists() and "systemctl" not in proc.stdout
 
 
+def _rebundle(built, out: Path, data: dict):
+    """``built`` with other data (its fleet-data.json replaced), as a bundle made some other way would be."""
+    raw = io.BytesIO()
+    with tarfile.open(built.path) as src, tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as dst:
+        for m in src.getmembers():
+            if m.name == bundle.DATA_FILE:
+                payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+                m.size = len(payload)
+                dst.addfile(m, io.BytesIO(payload))
+            else:
+                dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, filename="") as gz:
+        gz.write(raw.getvalue())
+    sha = hashlib.sha256(packed.getvalue()).hexdigest()
+    made = bundle.Bundle(out / f"tritonfleet-bundle-{sha[:16]}.tar.gz", sha, built.secret_env)
+    out.mkdir(parents=True, exist_ok=True)
+    made.path.write_bytes(packed.getvalue())
+    return made
+
+
 @pytest.fixture(scope="module")
 def qa_bundles(tmp_path_factory):
-    """Bundles whose data names QA suites: a directory the bundle holds, and one it does not."""
+    """Bundles whose data names QA suites: suites of the controller's (packed), and a data file naming a directory
+    the bundle does not hold."""
     out = tmp_path_factory.mktemp("qa")
-    return {name: bundle.build_bundle(ROOT, {**DATA, "qa_suites": suites}, out / name, SECRETS)
-            for name, suites in (("held", "templates/qa"), ("missing", "qa-suites"))}
+    suites = out / "my-suites"
+    (suites / "bert").mkdir(parents=True)
+    (suites / "bert" / "suite.yaml").write_text("model: bert\n")
+    held = bundle.build_bundle(ROOT, {**DATA, "qa_suites": str(suites)}, out / "held", SECRETS)
+    return {"held": held, "missing": _rebundle(held, out / "missing", {**DATA, "qa_suites": "qa-suites-gone"})}
+
+
+def test_the_controllers_qa_suites_travel_in_the_bundle_and_its_data_names_them(tmp_path):
+    suites = tmp_path / "suites"
+    (suites / "bert" / "__pycache__").mkdir(parents=True)
+    (suites / "bert" / "suite.yaml").write_text("model: bert\n")
+    (suites / "bert" / "__pycache__" / "x.pyc").write_bytes(b"")
+    made = bundle.build_bundle(ROOT, {**DATA, "qa_suites": str(suites)}, tmp_path / "a", SECRETS)
+    members = _members(made.path)
+    assert [n for n in members if n.startswith(bundle.QA_DIR)] == [bundle.QA_DIR, f"{bundle.QA_DIR}/bert",
+                                                                  f"{bundle.QA_DIR}/bert/suite.yaml"]
+    with tarfile.open(made.path) as tar:
+        data = json.loads(tar.extractfile(bundle.DATA_FILE).read())
+        assert tar.extractfile(f"{bundle.QA_DIR}/bert/suite.yaml").read() == b"model: bert\n"
+    assert data["qa_suites"] == bundle.QA_DIR
+    again = bundle.build_bundle(ROOT, {**DATA, "qa_suites": str(suites)}, tmp_path / "b", SECRETS)
+    assert again.sha256 == made.sha256  # reproducible with the suites too
+    # suites the project holds anyway stay where they are
+    inside = bundle.build_bundle(ROOT, {**DATA, "qa_suites": "templates/qa"}, tmp_path / "c", SECRETS)
+    with tarfile.open(inside.path) as tar:
+        assert json.loads(tar.extractfile(bundle.DATA_FILE).read())["qa_suites"] == "templates/qa"
+    assert not [n for n in _members(inside.path) if n.startswith(bundle.QA_DIR)]
+
+
+@pytest.mark.parametrize("suites, said", [
+    ("no-such-suites", "bundle data qa_suites 'no-such-suites': no such directory on the controller"),
+    (["a"], "bundle data qa_suites ['a']: expected the path of a directory of QA suites"),
+    ("{link}", "is a symbolic link: the bundle holds regular files and directories only"),
+])
+def test_qa_suites_the_bundle_cannot_carry_are_refused_in_one_line(tmp_path, suites, said):
+    linked = tmp_path / "linked"
+    (linked / "x").mkdir(parents=True)
+    (linked / "x" / "y.yaml").symlink_to("/etc/hostname")
+    suites = str(linked) if suites == "{link}" else suites
+    with pytest.raises(FleetError) as exc:
+        bundle.build_bundle(ROOT, {**DATA, "qa_suites": suites}, tmp_path / "out", SECRETS)
+    assert said in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "out").exists()
 
 
 @needs_tools
@@ -290,8 +354,8 @@ def test_the_qa_gate_decides_the_launch_when_the_data_names_suites(qa_bundles, t
         assert not (root / UNIT).exists()
     else:
         assert proc.returncode == 1 and not qa_ran
-        assert done == [f"{LAUNCH_DONE} ABANDON --reason qa_suites qa-suites is not a directory of the bundle: the "
-                        "QA gate cannot run"]
+        assert done == [f"{LAUNCH_DONE} ABANDON --reason qa_suites qa-suites-gone is not a directory of the bundle: "
+                        "the QA gate cannot run"]
 
 
 @needs_tools

@@ -9,6 +9,10 @@ unchanged bundle never triggers a new launch template version.
 Secrets never go into the bundle: data keys that look secret are refused, and ``secret_parameters``
 maps such keys to SSM parameters the user data reads at boot (into environment variables the generated
 inventory reads).
+
+QA suites (``qa_suites``, the launch's QA gate) travel too: a directory of the project that the bundle holds
+anyway stays as it is named; any other directory on the controller is packed as :data:`QA_DIR` and the bundle's
+data names that. A ``qa_suites`` that is not a directory here is refused before anything is built.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ SKIP = re.compile(r"(^|/)(__pycache__|\.pytest_cache|\.ruff_cache|[^/]*\.egg-inf
 INVENTORY = "inventories/fleet_local.py"
 DATA_FILE = "fleet-data.json"
 DEPLOY = "deploys/serve.py"
+QA_DIR = "qa-suites"  # where a controller's QA suites go in the bundle (its data's qa_suites then)
 
 
 @dataclass(frozen=True)
@@ -90,16 +95,55 @@ def _members(root: Path) -> list[Path]:
     return sorted(set(out), key=lambda p: p.relative_to(root).as_posix())
 
 
+def _suites(root: Path, data: Mapping[str, Any]) -> tuple[Path | None, dict[str, Any]]:
+    """(the QA suites directory to pack as :data:`QA_DIR`, None when there is none to pack; the data the bundle
+    carries, ``qa_suites`` renamed when they are packed). Relative names are the project's, as for a deploy."""
+    suites = data.get("qa_suites")
+    if suites in (None, ""):
+        return None, dict(data)
+    if not isinstance(suites, str):
+        raise FleetError(f"bundle data qa_suites {suites!r}: expected the path of a directory of QA suites")
+    path = (root / suites).resolve()
+    if not path.is_dir():
+        raise FleetError(f"bundle data qa_suites {suites!r}: no such directory on the controller ({path}); the "
+                         "bundle carries the suites its instances' QA gate runs")
+    inside = path.relative_to(root).as_posix() if path.is_relative_to(root) else None
+    if inside is not None and any(inside == c or inside.startswith(c + "/") for c in CONTENTS):
+        return None, {**data, "qa_suites": inside}  # packed with the project already
+    return path, {**data, "qa_suites": QA_DIR}
+
+
+def _suite_members(path: Path) -> list[tuple[Path, str]]:
+    """(file or directory, its name in the bundle) for the suites directory, sorted; symlinks are refused (a
+    bundle holds what it names, not what a link points to on the controller)."""
+    out = [(path, QA_DIR)]
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = Path(top) / name
+            rel = p.relative_to(path).as_posix()
+            if SKIP.search(rel):
+                continue
+            if p.is_symlink():
+                raise FleetError(f"bundle data qa_suites: {p} is a symbolic link: the bundle holds regular files "
+                                 "and directories only")
+            out.append((p, f"{QA_DIR}/{rel}"))
+    return sorted(out, key=lambda m: m[1])
+
+
 def build_bundle(root: str | Path, data: Mapping[str, Any], out_dir: str | Path,
                  secret_parameters: Mapping[str, str] | None = None) -> Bundle:
     """Write the bundle into ``out_dir``; returns its path and sha256."""
     root, secret_parameters = Path(root).resolve(), dict(secret_parameters or {})
     _check_data(data, secret_parameters)
+    suites, data = _suites(root, data)
     secret_env = {key: secret_env_name(key) for key in sorted(secret_parameters)}
+    members = [(path, path.relative_to(root).as_posix()) for path in _members(root)]
+    if suites is not None:
+        members += _suite_members(suites)
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in _members(root):
-            info = tar.gettarinfo(str(path), arcname=path.relative_to(root).as_posix())
+        for path, arcname in members:
+            info = tar.gettarinfo(str(path), arcname=arcname)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
             info.mode = (0o755 if info.isdir() or info.mode & 0o111 else 0o644) if not info.issym() else info.mode
             if info.isfile():
