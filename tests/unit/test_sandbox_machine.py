@@ -4,10 +4,14 @@ Debian mirrors, and recognising the sandbox's own service processes."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
+
+import pytest
 
 from tritonfleet.sandbox import cgroups, debsources, machine, services
 
@@ -87,3 +91,52 @@ def test_service_processes_are_recognised_from_any_cache_dir():
     assert services._runs(as_script, moto) and services._runs(moto, moto)
     assert not services._runs(moto[:-1], moto)
 
+
+
+# the launcher (hostrun): runs nspawn, passes SIGTERM on to it, ends with nspawn's status
+LAUNCHER_PY = """import signal, subprocess, sys
+nspawn = subprocess.Popen(['systemd-nspawn', '-c', sys.argv[1], 'nspawn', '-b', '-D', sys.argv[2], sys.argv[3]],
+                          executable='/bin/sh')
+signal.signal(signal.SIGTERM, lambda *a: nspawn.send_signal(signal.SIGTERM))
+sys.exit(nspawn.wait())
+"""
+# nspawn (a shell named systemd-nspawn): its child is the host's init (SIGTERM: a clean shutdown, passed on to
+# it); when the init ends, nspawn writes its status (128 + the signal that ended it) and ends too
+NSPAWN_SH = """sleep 60 & init=$!
+trap 'kill -TERM $init' TERM
+while kill -0 $init 2>/dev/null; do wait $init; code=$?; done
+echo $code > "$4"
+"""
+
+
+@pytest.mark.parametrize("discard", [True, False])
+def test_a_discarded_host_is_killed_from_its_init_up_and_a_kept_one_is_asked_to_stop(tmp_path, monkeypatch, discard):
+    """remove_host/down (``discard``): the host's init gets SIGKILL first, so that nspawn reaps it and the launcher
+    reaps nspawn (killing a parent first leaves its children to PID 1 as zombies), and nothing waits for a clean
+    shutdown. A kept host's launcher gets SIGTERM (passed on to nspawn: a clean shutdown of its disk)."""
+    from tritonfleet.sandbox import hosts, network
+    from tritonfleet.sandbox.layout import HostState
+
+    h = HostState(name="tf-unit-stop", ip="192.0.2.1", instance_type="inf2.xlarge", instance_id="i-0", spec={})
+    monkeypatch.setattr(network, "del_host_network", lambda host: None)  # no network of its own here
+    monkeypatch.setattr(machine, "umount_under", lambda path: None)
+    said = tmp_path / "init-status"
+    # the launcher as hosts.launcher_cmd runs it: its command line names the module and the host's root
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER_PY, NSPAWN_SH, str(h.root), str(said),
+                                 "-m", hosts.LAUNCHER, "-D", str(h.root)])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(hosts._children(c) for c in hosts._children(launcher.pid)):
+        time.sleep(0.05)  # until the init runs
+    (nspawn,) = hosts._children(launcher.pid)
+    assert hosts.is_launcher(machine.cmdline(launcher.pid), h.root)
+    h.nspawn_pid = launcher.pid
+    started = time.monotonic()
+    hosts.stop_host(h, timeout=5, discard=discard)
+    launcher.wait(10)
+    took = time.monotonic() - started
+    assert launcher.returncode == 0  # it ended because nspawn did, whose init ended
+    if discard:
+        assert said.read_text() == f"{128 + signal.SIGKILL}\n" and took < 3  # the init killed first; nspawn saw it
+    else:
+        assert said.read_text() == f"{128 + signal.SIGTERM}\n"  # a clean shutdown, passed down
+    assert not machine.pid_alive(nspawn)
