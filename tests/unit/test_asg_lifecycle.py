@@ -328,36 +328,52 @@ def test_tag_values_keep_what_every_tagging_api_takes(reason, value):
 # -- heartbeats -----------------------------------------------------------------------------------------------------
 
 SLEEP = [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1])); sys.exit(int(sys.argv[2]))"]
+# runs until a file appears (30 s at most), then exits with the status given: the test, not the machine's speed,
+# decides how many heartbeat intervals the command outlives
+UNTIL = [sys.executable, "-c", "import os, sys, time\n"
+         "end = time.monotonic() + 30\n"
+         "while not os.path.exists(sys.argv[1]) and time.monotonic() < end: time.sleep(0.02)\n"
+         "sys.exit(int(sys.argv[2]))"]
 
 
-def test_heartbeats_while_the_command_runs_are_bounded_in_count(group, host):
+def test_heartbeats_while_the_command_runs_are_bounded_in_count(group, host, tmp_path):
     name, instance_id = group
     found, actions, _, _ = host
     actions.start(name, asg.LAUNCH_HOOK, instance_id)
     lines: list[str] = []
-    started = time.monotonic()
-    rc = lifecycle.heartbeat(SLEEP + ["1.5", "3"], every=0.1, max_beats=4,
-                             beat=lambda: lifecycle.record_heartbeat(found, asg.LAUNCH_HOOK), say=lines.append)
+    stop = tmp_path / "stop"
+    calls: list[int] = []
+
+    def beat():
+        calls.append(1)
+        lifecycle.record_heartbeat(found, asg.LAUNCH_HOOK)
+        if len(calls) == 4:  # the command outlives the last allowed beat by 10 intervals
+            threading.Timer(1.0, stop.touch).start()
+
+    rc = lifecycle.heartbeat(UNTIL + [str(stop), "3"], every=0.1, max_beats=4, beat=beat, say=lines.append)
     assert rc == 3  # the command's own exit status
-    assert time.monotonic() - started >= 1.4  # it ran to its end
-    assert actions.heartbeats == [(name, "tritonfleet-launch", instance_id)] * 4  # 15 intervals, 4 beats
+    assert stop.exists()  # it ran to its end, past the last beat
+    assert actions.heartbeats == [(name, "tritonfleet-launch", instance_id)] * 4  # 14+ intervals, 4 beats
     assert lines == ["4 heartbeats sent, the most allowed: the hook's timeout bounds " + sys.executable +
                      " from now on"]
 
 
-def test_a_short_command_gets_no_heartbeat_and_a_failing_beat_is_the_last(group, host):
+def test_a_short_command_gets_no_heartbeat_and_a_failing_beat_is_the_last(group, host, tmp_path):
     name, instance_id = group
     found, actions, _, _ = host
     assert lifecycle.heartbeat(SLEEP + ["0", "0"], every=5, max_beats=3, beat=lambda: 1 / 0) == 0
     # no lifecycle action open: the first heartbeat fails and no other is tried
     lines: list[str] = []
     calls: list[int] = []
+    stop = tmp_path / "stop"
 
     def beat():
         calls.append(1)
+        if len(calls) == 1:  # the command outlives the failed beat by 5 intervals
+            threading.Timer(0.5, stop.touch).start()
         lifecycle.record_heartbeat(found, asg.LAUNCH_HOOK)
 
-    assert lifecycle.heartbeat(SLEEP + ["0.6", "0"], every=0.1, max_beats=5, beat=beat, say=lines.append) == 0
+    assert lifecycle.heartbeat(UNTIL + [str(stop), "0"], every=0.1, max_beats=5, beat=beat, say=lines.append) == 0
     assert len(calls) == 1 and actions.heartbeats == []
     assert lines[0] == (f"heartbeat 1 failed, no more heartbeats: RecordLifecycleActionHeartbeat tritonfleet-launch for "
                         f"{instance_id} in {name}: ValidationError: No active Lifecycle Action found with instance ID "
