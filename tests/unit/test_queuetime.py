@@ -76,6 +76,8 @@ def test_a_line_that_is_not_a_sample_is_one_line(line, message):
     with pytest.raises(QueueTimeError, match=message) as exc:
         queuetime.parse_exposition(line + "\n")
     assert "\n" not in str(exc.value)
+    lenient = queuetime.parse_exposition(f"{line}\n# TYPE y gauge\ny 4\n", strict=False)  # the line skipped
+    assert [(s.name, s.value) for s in lenient.samples] == [("y", 4.0)] and lenient.types == {"y": "gauge"}
 
 
 def test_a_server_without_models_has_no_series_and_another_exporter_is_refused():

@@ -373,12 +373,25 @@ def test_an_uncorrectable_neuron_error_asks_the_auto_scaling_group_to_replace_th
     assert not [c for c in host.calls if c[0] == "neuron-monitor"]  # the exporter's counters: no monitor of ours
 
 
-def test_a_replace_without_imds_fails_in_one_line(tmp_path):
+def test_a_replace_without_imds_fails_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", raising=False)
     host, clock = FakeHost(), Clock()
     run = make(host, clock, tmp_path)
     outcome = run.act(Action("replace", None, "gpu_ecc", "uncorrected ECC errors 0 -> 1"))
-    assert outcome == "failed: [Errno 111] Connection refused"
-    assert journal(run)[-1] == "watchdog: replace host failed: [Errno 111] Connection refused"
+    refused = "instance metadata at http://169.254.169.254: [Errno 111] Connection refused"
+    assert outcome == f"failed: {refused}"
+    assert journal(run)[-1] == f"watchdog: replace host failed: {refused}"
+    # the metadata's address moved (as boto3 reads it); a token but no instance id there
+    monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://10.0.0.1:1338/")
+    host.http[("PUT", "http://10.0.0.1:1338/latest/api/token")] = (200, "imds-token")
+    host.http[("GET", "http://10.0.0.1:1338/latest/meta-data/instance-id")] = (404, "")
+    host.http[("GET", "http://10.0.0.1:1338/latest/meta-data/placement/region")] = (200, "us-east-1")
+    outcome = run.act(Action("replace", None, "gpu_ecc", "uncorrected ECC errors 0 -> 1"))
+    assert outcome == "failed: instance metadata at http://10.0.0.1:1338: no instance-id or placement/region"
+    token = [r for r in host.requests if r[0] == "PUT"][-1]
+    assert token == ("PUT", "http://10.0.0.1:1338/latest/api/token",
+                     {"X-aws-ec2-metadata-token-ttl-seconds": str(watchrun.IMDS_TOKEN_TTL)})
+    assert run.instance is None  # nothing cached from a failed look
 
 
 def monitor_report(**device0: int) -> str:
@@ -468,6 +481,20 @@ def test_the_exporters_counters_read_as_neuron_monitors_names():
     for text in ("", "<html>not found</html>"):
         with pytest.raises(watchrun.ProbeError, match="^neuron exporter: no metrics"):
             watchrun.parse_exporter(text)
+
+
+def test_the_exporters_text_is_read_by_the_agents_parser_a_line_that_is_no_sample_skipped():
+    text = ("# TYPE hardware_ecc_events_total counter\n"
+            'hardware_ecc_events_total{neuron_device_index="0",event_type="mem_ecc_uncorrected"} 2 1764000000000\n'
+            "not a sample at all\n"
+            'hardware_ecc_events_total{neuron_device_index="0",event_type="sram_ecc_uncorrected"} NaN\n'
+            'hardware_ecc_events_total{neuron_device_index="1",event_type="mem_ecc_corrected"} -1\n'
+            'hardware_ecc_events_total{event_type="mem_ecc_corrected"} 5\n'
+            'execution_errors_total{runtime_tag="a \\"b\\"",error_type="hardware"} 3\n'
+            'execution_errors_total{runtime_tag="a \\"b\\"",error_type="hardware"} three\n')
+    assert watchrun.parse_exporter(text) == {"device0.mem_ecc_uncorrected": 2, 'runtime.a "b".hardware': 3}
+    with pytest.raises(watchrun.ProbeError, match="^neuron exporter: no metrics in its answer"):
+        watchrun.parse_exporter("# TYPE hardware_ecc_events_total counter\nnot a sample at all\n")
 
 
 # -- foreign processes on our NeuronCores ---------------------------------------------------------------------

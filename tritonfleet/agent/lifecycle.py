@@ -28,13 +28,13 @@ no permission on the host; attaching the group's target groups is the controller
 script that asks a controller-side service to set this host's servers to ``drain`` (``{instance_id}`` in a word is
 replaced by this instance's id).
 
-Where the instance is: its id and region from IMDSv2 (a token PUT, then GETs; each request bounded; the endpoint
-from ``--imds`` or ``AWS_EC2_METADATA_SERVICE_ENDPOINT``, as boto3 reads it). Its group from its tag
-``aws:autoscaling:groupName`` through ``ec2:DescribeTags``, not from the instance metadata's ``tags/instance``: that
-needs ``InstanceMetadataTags`` enabled in the launch template, which puts every tag of the instance in reach of
-whatever reaches the metadata service and makes EC2 refuse any tag key the metadata service cannot carry (a ``/``
-in a key added later, e.g. by an organization's tag policy, would fail that tagging) — for one lookup per boot or
-termination.
+Where the instance is: its id and region from IMDSv2 (:class:`.aws.Imds`: a token PUT, then GETs; each request
+bounded; the endpoint from ``--imds`` or ``AWS_EC2_METADATA_SERVICE_ENDPOINT``, as boto3 reads it). Its group from
+its tag ``aws:autoscaling:groupName`` through ``ec2:DescribeTags``, not from the instance metadata's
+``tags/instance``: that needs ``InstanceMetadataTags`` enabled in the launch template, which puts every tag of the
+instance in reach of whatever reaches the metadata service and makes EC2 refuse any tag key the metadata service
+cannot carry (a ``/`` in a key added later, e.g. by an organization's tag policy, would fail that tagging) — for
+one lookup per boot or termination.
 
 The permissions (the fleet's instance profile): ``autoscaling:CompleteLifecycleAction`` and
 ``autoscaling:RecordLifecycleActionHeartbeat`` on the fleet's groups, ``ec2:DescribeTags`` (EC2 has no resource
@@ -51,7 +51,6 @@ Standard library and boto3 only, Python 3.9 (the agent's rule).
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
 import re
 import shlex
@@ -59,12 +58,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import aws
+from .aws import DEFAULT_IMDS, IMDS_ENV, Fetch, Imds, ImdsError, http_request  # lifecycle.Imds, as before
+from .aws import why as _why
 from .queuetime import SCRAPE_LIMIT, QueueTimeError, describe, parse_exposition
 
 LAUNCH_HOOK = "tritonfleet-launch"  # tritonfleet/fleet/asg.py's LAUNCH_HOOK
@@ -76,11 +76,6 @@ CONTINUE = "CONTINUE"
 ABANDON = "ABANDON"
 TARGET_STATE = "autoscaling/target-lifecycle-state"
 TERMINATED = "Terminated"
-
-DEFAULT_IMDS = "http://169.254.169.254"
-IMDS_ENV = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
-IMDS_TIMEOUT = 2.0  # seconds per metadata request
-TOKEN_TTL = 300  # seconds an IMDSv2 token lives (one is taken per look)
 
 ATTEMPTS = 10  # AWS requests: botocore's adaptive retry mode, as the fleet code's clients (tritonfleet/fleet/aws.py)
 CONNECT_TIMEOUT = 5.0
@@ -113,10 +108,6 @@ def _say(line: str) -> None:
     print(f"tritonfleet lifecycle: {line}", flush=True)  # the bootstrap log, or the journal
 
 
-def _why(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 def _line(exc: BaseException) -> str:
     """One line for any error: ours as it is, boto3's as ``Code: message``."""
     return str(exc) if isinstance(exc, LifecycleError) else describe(exc)
@@ -127,89 +118,19 @@ def tag_value(reason: str) -> str:
     return " ".join(_NOT_TAG_CHARS.sub(" ", reason).split())[:TAG_VALUE_LIMIT] or "no reason given"
 
 
-# -- HTTP: the instance metadata and Triton's metrics (local, no proxy) -------------------------------------------
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an http_proxy
-
-
-def http_request(method: str, url: str, headers: dict[str, str], timeout: float,
-                 limit: int = SCRAPE_LIMIT) -> tuple[int, str]:
-    """``(status, body)``: an HTTP error status is returned, no answer is an OSError (ConnectionRefusedError when
-    nothing listens); every socket operation bounded by ``timeout``, the body by ``limit`` bytes."""
-    request = urllib.request.Request(url, method=method, headers=headers, data=b"" if method == "PUT" else None)
-    try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            body = response.read(limit + 1)
-            status = int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        raise (reason if isinstance(reason, OSError) else OSError(str(reason))) from None
-    except http.client.HTTPException as exc:
-        raise OSError(f"{type(exc).__name__}: {_why(exc)}") from None
-    if len(body) > limit:
-        raise OSError(f"more than {limit} bytes from {url}")
-    return status, body.decode("utf-8", "replace")
-
-
-Fetch = Callable[[str, str, dict[str, str], float], tuple[int, str]]
-
+# -- HTTP: Triton's metrics (local, no proxy; the instance metadata is .aws.Imds) -----------------------------------
 
 def _fetch(method: str, url: str, headers: dict[str, str], timeout: float) -> tuple[int, str]:
-    return http_request(method, url, headers, timeout)
-
-
-class Imds:
-    """The instance metadata service, IMDSv2 (a token per look: they are local and cheap)."""
-
-    def __init__(self, endpoint: str | None = None, timeout: float = IMDS_TIMEOUT, fetch: Fetch = _fetch) -> None:
-        self.base = (endpoint or os.environ.get(IMDS_ENV) or DEFAULT_IMDS).rstrip("/")
-        self.timeout = timeout
-        self.fetch = fetch
-
-    def _call(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
-        try:
-            return self.fetch(method, self.base + path, headers, self.timeout)
-        except OSError as exc:
-            raise LifecycleError(f"instance metadata at {self.base}: {_why(exc)}") from None
-
-    def token(self) -> str:
-        code, text = self._call("PUT", "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": str(TOKEN_TTL)})
-        if code != 200 or not text.strip():
-            raise LifecycleError(f"instance metadata at {self.base}: no IMDSv2 token (HTTP {code})")
-        return text.strip()
-
-    def get(self, path: str, token: str | None = None) -> str | None:
-        """The metadata item ``path`` (under ``/latest/meta-data/``); None when there is none (404)."""
-        code, text = self._call("GET", f"/latest/meta-data/{path}", {"X-aws-ec2-metadata-token": token or self.token()})
-        if code == 404:
-            return None
-        if code != 200:
-            raise LifecycleError(f"instance metadata at {self.base}: {path}: HTTP {code}")
-        return text.strip()
-
-    def identity(self) -> tuple[str, str]:
-        """``(instance id, region)``."""
-        token = self.token()
-        instance_id, region = self.get("instance-id", token), self.get("placement/region", token)
-        if not instance_id or not region:
-            raise LifecycleError(f"instance metadata at {self.base}: no instance-id or placement/region")
-        return instance_id, region
+    return http_request(method, url, headers, timeout, SCRAPE_LIMIT)
 
 
 # -- AWS ----------------------------------------------------------------------------------------------------------
 
 def make_client(service: str, region: str, endpoint_url: str | None = None) -> Any:
-    """A boto3 client from the default credential chain (the instance profile), each request bounded in time and
-    retried as the fleet code's clients are."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(region_name=region, retries={"mode": "adaptive", "total_max_attempts": ATTEMPTS},
-                    connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, user_agent_extra="tritonfleet-agent")
-    session: Any = boto3.session.Session()  # Any: the stubs type client() per literal service name
-    return session.client(service, endpoint_url=endpoint_url, config=config)
+    """A boto3 client (:func:`.aws.client`) from the default credential chain (the instance profile), each request
+    bounded in time and retried as the fleet code's clients are (adaptive mode, :data:`ATTEMPTS`)."""
+    return aws.client(service, region=region, endpoint_url=endpoint_url, connect_timeout=CONNECT_TIMEOUT,
+                      read_timeout=READ_TIMEOUT, attempts=ATTEMPTS, mode="adaptive")
 
 
 @dataclass(frozen=True)
@@ -239,7 +160,10 @@ class Host:
     def instance(self) -> Instance:
         """The instance id and region (IMDS) and its group (its ``aws:autoscaling:groupName`` tag)."""
         if self._instance is None:
-            instance_id, region = self.imds.identity()
+            try:
+                instance_id, region = self.imds.identity()
+            except ImdsError as exc:
+                raise LifecycleError(str(exc)) from None
             self.region = self.region or region
             try:
                 tags = self.client("ec2").describe_tags(Filters=[
@@ -510,7 +434,7 @@ def watch_termination(host: Host, *, every: float = WATCH_EVERY, max_polls: int 
     for _ in range(max_polls):
         try:
             state, problem = host.imds.get(TARGET_STATE), None
-        except LifecycleError as exc:
+        except ImdsError as exc:
             state, problem = None, str(exc)
         if problem != said:  # a problem is said once, not every few seconds
             say(problem or "the instance metadata answers again")

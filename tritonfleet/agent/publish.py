@@ -57,15 +57,13 @@ def write_textfile(path: str, text: str) -> None:
 
 
 def upload(paths: list[str], s3_uri: str, endpoint_url: str | None, region: str | None) -> list[str]:
-    """Upload each file to ``s3_uri/<name>``; the keys written."""
-    import boto3
-    from botocore.config import Config
+    """Upload each file to ``s3_uri/<name>``; the keys written. The client (:func:`.aws.client`): botocore's
+    standard retries with its own count of attempts, 10 s to connect, 60 s to answer."""
+    from .aws import client as aws_client
 
     bucket, prefix = parse_source(s3_uri)
-    client = boto3.session.Session().client(
-        "s3", endpoint_url=endpoint_url,
-        config=Config(region_name=region, retries={"mode": "standard"}, connect_timeout=10, read_timeout=60,
-                      user_agent_extra="tritonfleet-agent"))
+    client = aws_client("s3", region=region, endpoint_url=endpoint_url, connect_timeout=10, read_timeout=60,
+                        attempts=None)
     keys = []
     for path in paths:
         key = prefix + os.path.basename(path)

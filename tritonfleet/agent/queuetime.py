@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import aws
 from .remote import ATTEMPTS
 
 NAMESPACE = "tritonfleet"
@@ -110,9 +111,21 @@ def _labels(text: str, lineno: int) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs))
 
 
-def parse_exposition(text: str) -> Exposition:
+def _sample(line: str, lineno: int) -> Sample:
+    match = _SAMPLE.match(line)
+    if not match:
+        raise QueueTimeError(f"metrics line {lineno}: not a Prometheus sample: {line[:80]!r}")
+    try:
+        value = float(match.group("value"))
+    except ValueError:
+        raise QueueTimeError(f"metrics line {lineno}: {match.group('value')[:40]!r} is not a number") from None
+    return Sample(match.group("name"), _labels(match.group("labels") or "", lineno), value)
+
+
+def parse_exposition(text: str, strict: bool = True) -> Exposition:
     """Every sample of a Prometheus text exposition (comments and blank lines skipped, ``# TYPE`` kept);
-    QueueTimeError naming the line for one that is not a sample."""
+    QueueTimeError naming the line for one that is not a sample (``strict=False``: that line is skipped).
+    The agent's one reader of the format: the queue time, the lifecycle's drain and the watchdog use it."""
     samples, types = [], {}
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -123,14 +136,11 @@ def parse_exposition(text: str) -> Exposition:
             if len(words) >= 4 and words[1] == "TYPE":
                 types[words[2]] = words[3].strip()
             continue
-        match = _SAMPLE.match(line)
-        if not match:
-            raise QueueTimeError(f"metrics line {lineno}: not a Prometheus sample: {line[:80]!r}")
         try:
-            value = float(match.group("value"))
-        except ValueError:
-            raise QueueTimeError(f"metrics line {lineno}: {match.group('value')[:40]!r} is not a number") from None
-        samples.append(Sample(match.group("name"), _labels(match.group("labels") or "", lineno), value))
+            samples.append(_sample(line, lineno))
+        except QueueTimeError:
+            if strict:
+                raise
     return Exposition(tuple(samples), types)
 
 
@@ -290,14 +300,10 @@ def scrape(url: str = DEFAULT_URL, timeout: float = SCRAPE_TIMEOUT) -> str:
 
 
 def make_client(region: str | None, endpoint_url: str | None = None) -> Any:
-    """A CloudWatch client from boto3's default credential chain, each request bounded in time and tried
-    :data:`.remote.ATTEMPTS` times in all (botocore's standard retry mode)."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(region_name=region, retries={"mode": "standard", "total_max_attempts": ATTEMPTS},
-                    connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, user_agent_extra="tritonfleet-agent")
-    return boto3.session.Session().client("cloudwatch", endpoint_url=endpoint_url, config=config)
+    """A CloudWatch client (:func:`.aws.client`) from boto3's default credential chain, each request bounded in
+    time and tried :data:`.remote.ATTEMPTS` times in all (botocore's standard retry mode)."""
+    return aws.client("cloudwatch", region=region, endpoint_url=endpoint_url, connect_timeout=CONNECT_TIMEOUT,
+                      read_timeout=READ_TIMEOUT, attempts=ATTEMPTS)
 
 
 def dimensions(fleet: str, family: str | None = None) -> list[dict[str, str]]:

@@ -143,16 +143,13 @@ class Remote:
 
 
 def make_client(opts):
-    """An S3 client from boto3's default credential chain, every request bounded by the options'
-    connect and read timeouts."""
-    import boto3
-    from botocore.config import Config
+    """An S3 client (:func:`.aws.client`) from boto3's default credential chain, every request bounded by the
+    options' connect and read timeouts and tried :data:`ATTEMPTS` times in all."""
+    from .aws import client  # here, as boto3 is: importing the agent's command line loads no HTTP client
 
-    config = Config(region_name=opts.region, max_pool_connections=opts.concurrency + 4,
-                    retries={"mode": "standard", "total_max_attempts": ATTEMPTS},
-                    connect_timeout=opts.connect_timeout, read_timeout=opts.read_timeout,
-                    user_agent_extra="tritonfleet-agent", s3={"addressing_style": "path"} if opts.path_style else None)
-    return boto3.session.Session().client("s3", endpoint_url=opts.endpoint_url, config=config)
+    return client("s3", region=opts.region, endpoint_url=opts.endpoint_url, connect_timeout=opts.connect_timeout,
+                  read_timeout=opts.read_timeout, attempts=ATTEMPTS, max_pool_connections=opts.concurrency + 4,
+                  s3={"addressing_style": "path"} if opts.path_style else None)
 
 
 def _network(exc: BaseException, remote: Remote | None) -> str | None:

@@ -103,7 +103,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -117,7 +116,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import probes
+from . import aws, probes
+from .queuetime import parse_exposition
 from .watchdog import Watchdog, textfile, write_textfile
 from .watchpolicy import Action, HostSample, Policy, PolicyError, ProbeError, ServerSample
 
@@ -131,10 +131,10 @@ POLICY_FILE = "/etc/tritonfleet/watchdog.json"
 STATE_FILE = "/var/lib/tritonfleet/watchdog/last.json"
 TEXTFILE = "tritonfleet_watchdog.prom"
 NEURON_BIN = "/opt/aws/neuron/bin"
-DEFAULT_IMDS = "http://169.254.169.254"
 STATE_SCHEMA = 1
 
 HTTP_TIMEOUT = 3.0
+IMDS_TOKEN_TTL = 60  # seconds: the watchdog asks the instance metadata once, for a replace
 TOOL_TIMEOUT = 10.0
 DOCKER_STOP_SECONDS = 30  # docker restart --time: SIGTERM, then SIGKILL after this
 RESTART_TIMEOUT = 90.0
@@ -270,14 +270,11 @@ def read_text(path: str) -> str:
         return f.read(MAX_BODY)
 
 
-def autoscaling_client(region: str, endpoint_url: str | None):
-    """An Auto Scaling client with the instance profile's credentials (boto3's default chain), bounded."""
-    import boto3
-    from botocore.config import Config as BotoConfig
-
-    config = BotoConfig(region_name=region, retries={"mode": "standard", "total_max_attempts": 3},
-                        connect_timeout=5, read_timeout=15, user_agent_extra="tritonfleet-watchdog")
-    return boto3.session.Session().client("autoscaling", endpoint_url=endpoint_url, config=config)
+def autoscaling_client(region: str, endpoint_url: str | None) -> Any:
+    """An Auto Scaling client (:func:`.aws.client`) with the instance profile's credentials (boto3's default
+    chain), bounded: 5 s to connect, 15 s to answer, 3 attempts (botocore's standard retries)."""
+    return aws.client("autoscaling", region=region, endpoint_url=endpoint_url, connect_timeout=5, read_timeout=15,
+                      attempts=3, user_agent_extra="tritonfleet-watchdog")
 
 
 def describe_error(exc: BaseException) -> str:
@@ -350,8 +347,6 @@ def memory_from_stat(version: str, text: str) -> int:
     return sum(values.get(k, 0) for k in keys)
 
 
-_PROM = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _EXPORTED = {"hardware_ecc_events_total": ("neuron_device_index", "event_type", "device{}.{}"),
              "execution_errors_total": ("runtime_tag", "error_type", "runtime.{}.{}")}
 
@@ -360,32 +355,24 @@ def parse_exporter(text: str) -> dict[str, int]:
     """Neuron error counters from neuron-monitor-prometheus.py's exposition, named as
     :func:`.probes.parse_neuron_monitor` names them: ``hardware_ecc_events_total{neuron_device_index="0",
     event_type="mem_ecc_uncorrected"}`` is ``device0.mem_ecc_uncorrected``,
-    ``execution_errors_total{runtime_tag="t",error_type="hardware"}`` is ``runtime.t.hardware``."""
+    ``execution_errors_total{runtime_tag="t",error_type="hardware"}`` is ``runtime.t.hardware``. The text is read
+    by :func:`.queuetime.parse_exposition`, a line that is no sample skipped."""
     counts: dict[str, int] = {}
-    seen = False
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        m = _PROM.match(line)
-        if not m:
-            continue
-        seen = True
-        spec = _EXPORTED.get(m.group(1))
+    samples = parse_exposition(text, strict=False).samples
+    for sample in samples:
+        spec = _EXPORTED.get(sample.name)
         if spec is None:
             continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(m.group(2) or "")}
+        labels = dict(sample.labels)
         where, kind, name = spec
         if not labels.get(where) or not labels.get(kind):
             continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
+        value = sample.value
         if value != value or value < 0 or value == float("inf"):
             continue
         key = name.format(labels[where], labels[kind])
         counts[key] = counts.get(key, 0) + int(value)
-    if not seen:
+    if not samples:
         raise ProbeError(f"neuron exporter: no metrics in its answer ({_line(text, 80) or 'empty'})")
     return counts
 
@@ -756,20 +743,16 @@ class WatchRun:
                              f"{_line(next((x for x in err.splitlines() if x.strip()), f'exit status {rc}'))}")
 
     def _imds(self) -> tuple[str, str]:
+        """(instance id, region) from IMDSv2 (:class:`.aws.Imds` through the fetcher), asked once; ProbeError (one
+        line naming the metadata's address) when it does not answer them."""
         if self.instance is None:
-            base = (os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or DEFAULT_IMDS).rstrip("/")
-            code, token = self.fetch("PUT", f"{base}/latest/api/token",
-                                     {"X-aws-ec2-metadata-token-ttl-seconds": "60"}, b"", HTTP_TIMEOUT)
-            if code != 200 or not token.strip():
-                raise ProbeError(f"IMDS at {base}: no token (HTTP {code})")
-            header = {"X-aws-ec2-metadata-token": token.strip()}
-            found = []
-            for path in ("instance-id", "placement/region"):
-                code, text = self.fetch("GET", f"{base}/latest/meta-data/{path}", header, None, HTTP_TIMEOUT)
-                if code != 200 or not text.strip():
-                    raise ProbeError(f"IMDS at {base}: no {path} (HTTP {code})")
-                found.append(text.strip())
-            self.instance = (found[0], found[1])
+            def fetch(method: str, url: str, headers: dict[str, str], timeout: float) -> tuple[int, str]:
+                return self.fetch(method, url, headers, b"" if method == "PUT" else None, timeout)
+
+            try:
+                self.instance = aws.Imds(timeout=HTTP_TIMEOUT, fetch=fetch, token_ttl=IMDS_TOKEN_TTL).identity()
+            except aws.ImdsError as exc:
+                raise ProbeError(str(exc)) from None
         return self.instance
 
     def _replace(self) -> None:
