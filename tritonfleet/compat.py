@@ -10,13 +10,22 @@ an Inf1 host cannot run a runtime newer than the one of SDK 2.26.0 (the last rel
 
 The table is data, not constants: add a row per Neuron SDK release (versions from the SDK release notes,
 ``release-notes/components/runtime.rst``).
+
+The second half of the module is the whole compatibility chain (docs/compatibility.md): :data:`CHAIN`, one
+:class:`ReleaseChain` per Neuron SDK release (kernels the driver was tested on, the driver/runtime range, NEFF
+and compiler versions the runtime loads, framework versions), :data:`NGC_TRITON` for GPU hosts (CUDA and the
+driver branch each NGC Triton release needs), each datum with its source; and the pure rules over them
+(:func:`check_kernel`, :func:`check_driver_runtime_finding`, :func:`check_model`, :func:`check_framework`,
+:func:`check_gpu`), which return a one-line :class:`Finding` per link: ok, warn (anything unknown) or fail.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import total_ordering
+from typing import Protocol
 
 __all__ = [
     "Version",
@@ -35,6 +44,51 @@ __all__ = [
     "driver_pin",
     "version_pin",
     "at_least",
+    # the compatibility chain (docs/compatibility.md)
+    "OK",
+    "WARN",
+    "FAIL",
+    "VERDICTS",
+    "KERNEL_DRIVER",
+    "DRIVER_RUNTIME",
+    "RUNTIME_MODEL",
+    "FRAMEWORK_RUNTIME",
+    "GPU_DRIVER_IMAGE",
+    "NEURON_LINKS",
+    "INF1",
+    "NEURONX_CC",
+    "NEURON_CC",
+    "TORCH_NEURONX",
+    "TORCH_NEURON",
+    "TENSORFLOW_NEURON",
+    "COMPILER_ARCHS",
+    "INF1_PACKAGES",
+    "FRAMEWORK_KEY_PARTS",
+    "KERNEL_MIN",
+    "INF1_RUNTIME_REMOVED",
+    "KernelBreak",
+    "KERNEL_BREAKS",
+    "DRIVER_COMPAT_IDS",
+    "ReleaseChain",
+    "CHAIN",
+    "GpuChain",
+    "NGC_TRITON",
+    "Finding",
+    "worst",
+    "ArtifactInfo",
+    "chain_releases",
+    "chain_for_release",
+    "chain_for_runtime",
+    "chain_for_driver",
+    "releases_for_package",
+    "check_kernel",
+    "check_driver_runtime_finding",
+    "parse_compat_id_error",
+    "check_compat_id",
+    "check_model",
+    "check_framework",
+    "ngc_release_of",
+    "check_gpu",
 ]
 
 DKMS = "aws-neuronx-dkms"
@@ -189,6 +243,40 @@ def _last_release_with_driver_in(pin: str) -> str | None:
     return matching[-1] if matching else None
 
 
+def _driver_runtime_problem(
+    driver_version: str, runtime_version: str, neuron_arch: str | None
+) -> tuple[str, str] | None:
+    """What is wrong between the host driver and the container runtime, as (what was found, what to do).
+
+    The one implementation of the :func:`check_driver_runtime` rule; None when the pair is allowed (or the
+    runtime is unknown). :func:`check_driver_runtime` joins the two parts with ``": "``.
+    """
+    driver = parse_version(driver_version)
+    inf1 = neuron_arch == "inf1"
+    if inf1 and not at_least(INF1_DKMS_PIN, driver):
+        return (
+            f"host driver {DKMS} {driver_version} does not support inf1 (the last inf1 driver is "
+            f"{INF1_DKMS_PIN})",
+            f"pin {DKMS}={INF1_DKMS_PIN} on inf1 hosts (deploys/neuron.py)",
+        )
+    minimum = min_driver_for_runtime(runtime_version)
+    if minimum is None or at_least(driver, minimum):
+        return None
+    release = release_for_runtime(runtime_version)
+    needs = (
+        f"container runtime {RUNTIME_LIB} {runtime_version} (Neuron SDK {release}) needs host driver "
+        f"{DKMS} >= {minimum}, host has {driver_version}"
+    )
+    if inf1:
+        last = _last_release_with_driver_in(INF1_DKMS_PIN)
+        return (
+            needs,
+            f"inf1 hosts cannot run a driver newer than {INF1_DKMS_PIN}, so use an image built for "
+            f"Neuron SDK {last} or older",
+        )
+    return needs, "upgrade the host driver (deploys/neuron.py) or use an image built for an older Neuron SDK"
+
+
 def check_driver_runtime(
     driver_version: str, runtime_version: str, *, neuron_arch: str | None = None
 ) -> None:
@@ -198,32 +286,12 @@ def check_driver_runtime(
     as ``2.24.*``); ``runtime_version`` the container's ``aws-neuronx-runtime-lib``. With
     ``neuron_arch="inf1"`` the host driver cannot go past :data:`INF1_DKMS_PIN`, so the advice is to use an
     older image, and a host driver newer than 2.24 is itself an error. An unknown runtime is not an error
-    (call :func:`min_driver_for_runtime` to warn about it).
+    (call :func:`min_driver_for_runtime` to warn about it, or :func:`check_driver_runtime_finding`, which
+    also knows the rest of the chain and reports unknown versions as warnings).
     """
-    driver = parse_version(driver_version)
-    inf1 = neuron_arch == "inf1"
-    if inf1 and not at_least(INF1_DKMS_PIN, driver):
-        raise CompatibilityError(
-            f"host driver {DKMS} {driver_version} does not support inf1 (the last inf1 driver is "
-            f"{INF1_DKMS_PIN}): pin {DKMS}={INF1_DKMS_PIN} on inf1 hosts (deploys/neuron.py)"
-        )
-    minimum = min_driver_for_runtime(runtime_version)
-    if minimum is None or at_least(driver, minimum):
-        return
-    release = release_for_runtime(runtime_version)
-    needs = (
-        f"container runtime {RUNTIME_LIB} {runtime_version} (Neuron SDK {release}) needs host driver "
-        f"{DKMS} >= {minimum}, host has {driver_version}"
-    )
-    if inf1:
-        last = _last_release_with_driver_in(INF1_DKMS_PIN)
-        raise CompatibilityError(
-            f"{needs}: inf1 hosts cannot run a driver newer than {INF1_DKMS_PIN}, so use an image built for "
-            f"Neuron SDK {last} or older"
-        )
-    raise CompatibilityError(
-        f"{needs}: upgrade the host driver (deploys/neuron.py) or use an image built for an older Neuron SDK"
-    )
+    problem = _driver_runtime_problem(driver_version, runtime_version, neuron_arch)
+    if problem is not None:
+        raise CompatibilityError(": ".join(problem))
 
 
 def version_pin(version: str) -> str:
@@ -249,3 +317,844 @@ def driver_pin(neuron_arch: str | None, release: str = DEFAULT_SDK_RELEASE,
     if neuron_arch == "inf1":
         return inf1_pin
     return version_pin((releases or NEURON_RELEASES)[release][DKMS])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The compatibility chain (docs/compatibility.md): kernel -> driver -> runtime -> compiled model, the framework
+# packages baked into the image -> runtime, and on GPU hosts the NVIDIA driver -> NGC Triton image.
+#
+# Citations ("sources") use these prefixes, so that each names a file a reader can open:
+#   SDK:<path>           github.com/aws-neuron/aws-neuron-sdk at 81ce03ae261e (2026-08-21, docs of Neuron 2.32.0)
+#   SDK@<commit>:<path>  the same repository at an older commit (pages the 2.28.0 restructure removed)
+#   DRV:<path>           github.com/aws-neuron/aws-neuron-driver at fca19f7df31b (aws-neuronx-dkms 2.24.7.0 sources)
+#   <owner>/<repo>#<n>   a GitHub issue;  <owner>/<repo>@<commit>:<path>  a file of another repository
+#   https://...          a public page
+# A datum no source confirms is left out (None or an empty tuple, said so in its source line), and the rules
+# report it as unknown: a warning, never a silent pass.
+# ---------------------------------------------------------------------------------------------------------
+
+#: Verdicts of a :class:`Finding`, from best to worst.
+OK = "ok"
+WARN = "warn"
+FAIL = "fail"
+VERDICTS = (OK, WARN, FAIL)
+
+#: The links of the chain (:attr:`Finding.link`, the keys of :attr:`ReleaseChain.sources`).
+KERNEL_DRIVER = "kernel→driver"
+DRIVER_RUNTIME = "driver→runtime"
+RUNTIME_MODEL = "runtime→model"
+FRAMEWORK_RUNTIME = "framework→runtime"
+GPU_DRIVER_IMAGE = "gpu driver→image"
+#: Every Neuron release row names these links; :data:`INF1` is the row's Inf1 support, also cited.
+NEURON_LINKS = (KERNEL_DRIVER, DRIVER_RUNTIME, RUNTIME_MODEL, FRAMEWORK_RUNTIME)
+INF1 = "inf1"
+
+NEURONX_CC = "neuronx-cc"
+NEURON_CC = "neuron-cc"
+TORCH_NEURONX = "torch-neuronx"
+TORCH_NEURON = "torch-neuron"
+TENSORFLOW_NEURON = "tensorflow-neuron"
+#: Compilers: the NEFFs of neuron-cc run on NeuronCore-v1 (inf1) only, those of neuronx-cc on NeuronCore-v2
+#: and later only (SDK:frameworks/torch/guide-torch-neuron-vs-torch-neuronx-inference.rst).
+COMPILER_ARCHS: dict[str, tuple[str, ...]] = {NEURON_CC: ("inf1",), NEURONX_CC: ("inf2", "trn1", "trn2")}
+#: Packages that belong to Inf1 (they bring their own runtime; SDK:archive/appnotes/neuron1x/introducing-libnrt.rst).
+INF1_PACKAGES = (NEURON_CC, TORCH_NEURON, TENSORFLOW_NEURON)
+#: How many leading parts of a package version name its Neuron build: compilers by major.minor (2.27.5334.0 ->
+#: 2.27); framework extensions ``[X.Y.Z].[A.B.C]`` (SDK:about-neuron/sdk-policy.rst, "Neuron extension
+#: components Versioning") by the framework version plus the Neuron major.minor (2.9.0.2.15.32035 -> 2.9.0.2.15).
+FRAMEWORK_KEY_PARTS: dict[str, int] = {
+    NEURONX_CC: 2, NEURON_CC: 2, TORCH_NEURONX: 5, TORCH_NEURON: 5, TENSORFLOW_NEURON: 5,
+}
+
+#: The Neuron driver supports kernels 5.10 and later (driver 2.18 and later, every row below).
+KERNEL_MIN = "5.10"
+_SRC_KERNEL_MIN = (
+    "SDK:about-neuron/announcements/neuron2.x/announce-no-support-al2.rst; "
+    "SDK:release-notes/prev/content.rst (Supported Linux Kernel Versions)"
+)
+#: aws-neuronx-runtime-lib 2.23 (Neuron SDK 2.21.0) "Removed INF1 Support from Runtime library".
+INF1_RUNTIME_REMOVED = "2.23"
+_SRC_INF1_RUNTIME = (
+    "SDK:release-notes/components/runtime.rst (Neuron 2.21.0, Breaking Changes); aws-neuron/aws-neuron-sdk#1071"
+)
+
+_SRC_RUNTIME_RN = "SDK:release-notes/components/runtime.rst"
+_SRC_MANIFEST = "SDK:src/helperscripts/n2-manifest.json"
+_SRC_RULE = "SDK:neuron-runtime/nrt-troubleshoot.rst (compatibility id: the driver stays backwards compatible)"
+_SRC_NEFF = (
+    "SDK@8862125f279f:release-notes/runtime/aws-neuronx-runtime-lib/index.rst (NEFF Support Table: 0.6 all, "
+    "1.0 >= 1.0.6905.0, 2.0 >= 1.6.5.0); SDK:neuron-runtime/nrt-troubleshoot.rst (Unsupported NEFF Version)"
+)
+_SRC_COMPILE_RULE = (
+    "SDK:about-neuron/sdk-policy.rst (minor releases are backwards compatible); "
+    "SDK:neuron-runtime/nrt-troubleshoot.rst (Unsupported NEFF Version, Unsupported Hardware Operator Code)"
+)
+_NEFF_ALL = ("0.6", "1.0", "2.0")
+
+
+@dataclass(frozen=True)
+class KernelBreak:
+    """Kernels from ``kernel`` (major.minor) on need a driver with the fix: ``fixed_in`` holds the first fixed
+    version of each driver line that got it (a later line has it from the newest of them on)."""
+
+    kernel: str
+    fixed_in: tuple[str, ...]
+    what: str
+    source: str
+
+
+#: Known kernel -> driver breaks (aws-neuron/aws-neuron-sdk#945 and #843: old drivers do not build on 6.5).
+KERNEL_BREAKS: tuple[KernelBreak, ...] = (
+    KernelBreak(
+        "6.3", ("2.17.17.0",), "the Linux 6.3/6.4 API changes break older drivers",
+        "SDK@8862125f279f:release-notes/runtime/aws-neuronx-dkms/index.rst (2.16.7.0: installation issues on "
+        "6.3 and 6.4; 2.17.17.0: compatibility issues for 6.3); aws-neuron/aws-neuron-sdk#843; "
+        "aws-neuron/aws-neuron-sdk#945",
+    ),
+    KernelBreak(
+        "6.13", ("2.24.7.0",), "older drivers fail to build on Linux 6.13+",
+        "SDK:release-notes/prev/2.26.0/runtime.rst (Neuron Driver 2.24.7.0)",
+    ),
+    KernelBreak(
+        "6.18", ("2.24.13.0", "2.26.10.0"), "older drivers are not compatible with Linux 6.18",
+        "SDK:release-notes/prev/2.26.0/runtime.rst (Neuron Driver 2.24.13.0, the Inf1 patch); "
+        "SDK:release-notes/components/runtime.rst (Neuron 2.28.0, Neuron Driver 2.26.10.0); "
+        "SDK:release-notes/prev/2.28.1.rst",
+    ),
+)
+
+#: Runtime compatibility ids a driver accepts, per architecture (the runtime refuses to start outside the range:
+#: "This Neuron Runtime (compatibility id: X) is not compatible with the installed aws-neuron-dkms package",
+#: aws-neuron/aws-neuron-sdk#655). The ids only grow: "MIN should be incremented when we make changes in the
+#: driver that are not compatible with old RT" (DRV:v2/neuron_dhal_v2.c). Only 2.24.7.0's sources are public.
+DRIVER_COMPAT_IDS: dict[str, dict[str, tuple[int, int]]] = {
+    "2.24.7.0": {"inf1": (2, 7), "inf2": (5, 7), "trn1": (5, 7), "trn2": (10, 11)},
+}
+_SRC_COMPAT_IDS = (
+    "DRV:v1/neuron_dhal_v1.c (V1_RT_MIN/MAX_COMPATIBLE_VERSION); DRV:v2/neuron_dhal_v2.c; "
+    "DRV:v3/neuron_dhal_v3.c; DRV:neuron_pci.c (inf2, trn1 -> V2; trn2 -> V3; else V1); "
+    "aws-neuron/aws-neuron-sdk#655"
+)
+
+
+@dataclass(frozen=True)
+class ReleaseChain:
+    """One Neuron SDK release: every link of the chain, each with its source in :attr:`sources`.
+
+    ``driver``/``runtime`` are the release's ``aws-neuronx-dkms``/``aws-neuronx-runtime-lib`` (the same strings
+    as :data:`NEURON_RELEASES` where it has them). ``kernels_tested``: the kernel series (major.minor) the driver
+    was tested on; empty where Neuron published none (the source says so). ``runtime_min_driver``: the oldest
+    driver the runtime runs on; ``driver_min_runtime``: the oldest runtime this release's driver still starts
+    (None: no such limit published). ``neff_versions``: NEFF format versions the runtime loads. ``compilers``
+    and ``frameworks``: the compiler and framework package versions the release ships. ``inf1``: what of the
+    release still supports Inf1 (``driver``, ``dlami``, ``frameworks``).
+    """
+
+    sdk: str
+    date: str
+    driver: str
+    runtime: str
+    kernels_tested: tuple[str, ...]
+    runtime_min_driver: str
+    driver_min_runtime: str | None
+    neff_versions: tuple[str, ...]
+    compilers: dict[str, str] = field(hash=False)
+    frameworks: dict[str, tuple[str, ...]] = field(hash=False)
+    inf1: frozenset[str]
+    sources: dict[str, str] = field(hash=False)
+
+
+#: Neuron SDK release -> its chain, newest first, the same releases as :data:`NEURON_RELEASES`. Adding a
+#: release is one entry here (and its versions in NEURON_RELEASES); docs/compatibility.md "Extending".
+#: Package versions: SDK:src/helperscripts/n2-manifest.json ("neuron_releases"), which for some releases names a
+#: later build than the release notes (2.28.0 runtime 2.30.51.0, notes 2.30.50.0; 2.26.0 runtime 2.28.23.0,
+#: notes 2.28.19.0: the same runtime series, and the strings below are NEURON_RELEASES').
+CHAIN: dict[str, ReleaseChain] = {
+    "2.32.0": ReleaseChain(
+        sdk="2.32.0", date="2026-08-17", driver="2.30.2.0", runtime="2.34.10.0",
+        kernels_tested=("5.10", "5.14", "6.1", "6.8", "6.12", "6.17", "6.18"),
+        runtime_min_driver="2.30.2.0", driver_min_runtime=None, neff_versions=_NEFF_ALL,
+        compilers={NEURONX_CC: "2.27.5334.0", NEURON_CC: "1.24.0.0"},
+        frameworks={TORCH_NEURONX: ("2.9.0.2.15.32035",), TORCH_NEURON: ("1.13.1.2.11.13.0",)},
+        inf1=frozenset({"frameworks"}),
+        sources={
+            KERNEL_DRIVER: f"{_SRC_RUNTIME_RN} (Neuron 2.32.0, Neuron Driver 2.30.2, Compatibility Support Table)",
+            DRIVER_RUNTIME: f"{_SRC_RUNTIME_RN} (Neuron 2.32.0: runtime 2.34.10, driver 2.30.2); {_SRC_RULE}",
+            RUNTIME_MODEL: f"{_SRC_MANIFEST} (2.32.0: neuronx-cc 2.27.5334.0, neuron-cc 1.24.0.0); {_SRC_NEFF}",
+            FRAMEWORK_RUNTIME: (
+                f"{_SRC_MANIFEST} (2.32.0: torch-neuron; no torch-neuronx); SDK:setup/pytorch/manual.rst "
+                "(torch-neuronx pinned to the Neuron 2.31 build as XLA support ended with that release)"
+            ),
+            INF1: (
+                "SDK:about-neuron/announcements/neuron2.x/announce-correction-neuron-driver-support-inf1.rst; "
+                "SDK:deploy/environments/dlami.rst (no Inf1 DLAMIs since 2.26.1)"
+            ),
+        },
+    ),
+    "2.31.0": ReleaseChain(
+        sdk="2.31.0", date="2026-07-07", driver="2.29", runtime="2.33",
+        kernels_tested=("5.10", "5.14", "6.1", "6.8", "6.12", "6.17", "6.18"),
+        runtime_min_driver="2.29", driver_min_runtime="2.33", neff_versions=_NEFF_ALL,
+        compilers={NEURONX_CC: "2.26.6360.0", NEURON_CC: "1.24.0.0"},
+        frameworks={TORCH_NEURONX: ("2.9.0.2.15.32035",), TORCH_NEURON: ("1.13.1.2.11.13.0",)},
+        inf1=frozenset({"frameworks"}),
+        sources={
+            KERNEL_DRIVER: f"{_SRC_RUNTIME_RN} (Neuron 2.31.0, Neuron Driver 2.29, Compatibility Support Table)",
+            DRIVER_RUNTIME: (
+                f"{_SRC_RUNTIME_RN} (Neuron 2.31.0: runtime 2.33, driver 2.29; Known Issues: Neuron Driver 2.29 "
+                f"requires Neuron Runtime Library 2.33 or later); {_SRC_MANIFEST} (2.29.0.0, 2.33.10.0); {_SRC_RULE}"
+            ),
+            RUNTIME_MODEL: f"{_SRC_MANIFEST} (2.31.0: neuronx-cc 2.26.6360.0, neuron-cc 1.24.0.0); {_SRC_NEFF}",
+            FRAMEWORK_RUNTIME: f"{_SRC_MANIFEST} (2.31.0: torch-neuronx, torch-neuron)",
+            INF1: "SDK:about-neuron/announcements/neuron2.x/announce-correction-neuron-driver-support-inf1.rst",
+        },
+    ),
+    "2.30.0": ReleaseChain(
+        sdk="2.30.0", date="2026-05-21", driver="2.28.0.0", runtime="2.32.31.0",
+        kernels_tested=("5.10", "5.14", "6.1", "6.8", "6.12", "6.17"),
+        runtime_min_driver="2.28.0.0", driver_min_runtime=None, neff_versions=_NEFF_ALL,
+        compilers={NEURONX_CC: "2.25.3371.0", NEURON_CC: "1.24.0.0"},
+        frameworks={TORCH_NEURONX: ("2.9.0.2.14.27725",), TORCH_NEURON: ("1.13.1.2.11.13.0",)},
+        inf1=frozenset({"frameworks"}),
+        sources={
+            KERNEL_DRIVER: f"{_SRC_RUNTIME_RN} (Neuron 2.30.0, Neuron Driver 2.28.0.0, Compatibility Support Table)",
+            DRIVER_RUNTIME: (
+                f"{_SRC_RUNTIME_RN} (Neuron 2.30.0 Known Issues: Runtime Library 2.32 is not backward-compatible "
+                "with Neuron Driver 2.26 or earlier); SDK:release-notes/components/containers.rst (2.30.0); "
+                f"{_SRC_RULE}"
+            ),
+            RUNTIME_MODEL: f"{_SRC_MANIFEST} (2.30.0: neuronx-cc 2.25.3371.0, neuron-cc 1.24.0.0); {_SRC_NEFF}",
+            FRAMEWORK_RUNTIME: f"{_SRC_MANIFEST} (2.30.0: torch-neuronx, torch-neuron)",
+            INF1: "SDK:about-neuron/announcements/neuron2.x/announce-correction-neuron-driver-support-inf1.rst",
+        },
+    ),
+    "2.29.0": ReleaseChain(
+        sdk="2.29.0", date="2026-04-09", driver="2.27.4.0", runtime="2.31.24.0",
+        kernels_tested=("5.10", "5.14", "6.1", "6.8", "6.12", "6.17"),
+        runtime_min_driver="2.27.4.0", driver_min_runtime=None, neff_versions=_NEFF_ALL,
+        compilers={NEURONX_CC: "2.24.5133.0", NEURON_CC: "1.24.0.0"},
+        frameworks={TORCH_NEURONX: ("2.9.0.2.13.24727",), TORCH_NEURON: ("1.13.1.2.11.13.0",)},
+        inf1=frozenset({"frameworks"}),
+        sources={
+            KERNEL_DRIVER: f"{_SRC_RUNTIME_RN} (Neuron 2.29.0, Neuron Driver 2.27.4.0, Compatibility Support Table)",
+            DRIVER_RUNTIME: f"{_SRC_RUNTIME_RN} (Neuron 2.29.0: runtime 2.31.24.0, driver 2.27.4.0); {_SRC_RULE}",
+            RUNTIME_MODEL: f"{_SRC_MANIFEST} (2.29.0: neuronx-cc 2.24.5133.0, neuron-cc 1.24.0.0); {_SRC_NEFF}",
+            FRAMEWORK_RUNTIME: f"{_SRC_MANIFEST} (2.29.0: torch-neuronx, torch-neuron)",
+            INF1: "SDK:about-neuron/announcements/neuron2.x/announce-correction-neuron-driver-support-inf1.rst",
+        },
+    ),
+    "2.28.0": ReleaseChain(
+        sdk="2.28.0", date="2026-02-26", driver="2.26.5.0", runtime="2.30.50.0",
+        kernels_tested=("5.10", "5.14", "6.1", "6.8", "6.12", "6.14"),
+        runtime_min_driver="2.26.5.0", driver_min_runtime=None, neff_versions=_NEFF_ALL,
+        compilers={NEURONX_CC: "2.23.6484.0", NEURON_CC: "1.24.0.0"},
+        frameworks={
+            TORCH_NEURONX: ("2.7.0.2.12.22436", "2.8.0.2.12.22436", "2.9.0.2.12.22436"),
+            TORCH_NEURON: ("1.13.1.2.11.13.0",),
+            TENSORFLOW_NEURON: ("2.10.1.2.12.2.0",),
+        },
+        inf1=frozenset({"frameworks"}),
+        sources={
+            KERNEL_DRIVER: f"{_SRC_RUNTIME_RN} (Neuron 2.28.0, Neuron Driver 2.26.5.0, Compatibility Support Table)",
+            DRIVER_RUNTIME: f"{_SRC_RUNTIME_RN} (Neuron 2.28.0: runtime 2.30.50.0, driver 2.26.5.0); {_SRC_RULE}",
+            RUNTIME_MODEL: f"{_SRC_MANIFEST} (2.28.0: neuronx-cc 2.23.6484.0, neuron-cc 1.24.0.0); {_SRC_NEFF}",
+            FRAMEWORK_RUNTIME: f"{_SRC_MANIFEST} (2.28.0: torch-neuronx, torch-neuron, tensorflow-neuron)",
+            INF1: "SDK:about-neuron/announcements/neuron2.x/announce-correction-neuron-driver-support-inf1.rst",
+        },
+    ),
+    "2.26.0": ReleaseChain(
+        sdk="2.26.0", date="2025-09-18", driver="2.24.7.0", runtime="2.28.19.0",
+        kernels_tested=(),
+        runtime_min_driver="2.24.7.0", driver_min_runtime=None, neff_versions=_NEFF_ALL,
+        compilers={NEURONX_CC: "2.21.18209.0", NEURON_CC: "1.24.0.0"},
+        frameworks={
+            TORCH_NEURONX: ("2.6.0.2.10.13553", "2.7.0.2.10.13553", "2.8.0.2.10.13553"),
+            TORCH_NEURON: ("1.13.1.2.11.13.0",),
+            TENSORFLOW_NEURON: ("2.10.1.2.12.2.0",),
+        },
+        inf1=frozenset({"driver", "dlami", "frameworks"}),
+        sources={
+            KERNEL_DRIVER: (
+                "SDK:release-notes/prev/2.26.0/runtime.rst (driver 2.24.7.0; its Compatibility Support Table is "
+                "not published: kernels tested unknown)"
+            ),
+            DRIVER_RUNTIME: (
+                f"SDK:release-notes/prev/2.26.0/runtime.rst (runtime 2.28.19.0, driver 2.24.7.0); {_SRC_RULE}"
+            ),
+            RUNTIME_MODEL: f"{_SRC_MANIFEST} (2.26.0: neuronx-cc 2.21.18209.0, neuron-cc 1.24.0.0); {_SRC_NEFF}",
+            FRAMEWORK_RUNTIME: f"{_SRC_MANIFEST} (2.26.0: torch-neuronx, torch-neuron, tensorflow-neuron)",
+            INF1: (
+                "SDK:about-neuron/announcements/neuron2.x/announce-correction-neuron-driver-support-inf1.rst "
+                "(2.24 is the last Inf1 driver); SDK:deploy/environments/dlami.rst (Inf1 DLAMIs up to SDK 2.26)"
+            ),
+        },
+    ),
+    "2.21.0": ReleaseChain(
+        sdk="2.21.0", date="2024-12-20", driver="2.19.64.0", runtime="2.23.110",
+        kernels_tested=(),
+        runtime_min_driver="2.19.64.0", driver_min_runtime=None, neff_versions=_NEFF_ALL,
+        compilers={NEURONX_CC: "2.16.345.0", NEURON_CC: "1.24.0.0"},
+        frameworks={
+            TORCH_NEURONX: ("1.13.1.1.17.0", "2.1.2.2.4.0", "2.5.1.2.4.0"),
+            TORCH_NEURON: ("1.10.2.2.11.13.0", "1.11.0.2.11.13.0", "1.12.1.2.11.13.0", "1.13.1.2.11.13.0"),
+            TENSORFLOW_NEURON: ("2.8.4.2.12.2.0", "2.9.3.2.12.2.0", "2.10.1.2.12.2.0"),
+        },
+        inf1=frozenset({"driver", "dlami", "frameworks"}),
+        sources={
+            KERNEL_DRIVER: (
+                f"{_SRC_MANIFEST} (2.21.0: aws-neuronx-dkms 2.19.64.0; the release notes name no driver and "
+                "no Compatibility Support Table: kernels tested unknown)"
+            ),
+            DRIVER_RUNTIME: (
+                f"{_SRC_RUNTIME_RN} (Neuron 2.21.0: runtime 2.23.110.0 / 2.23.112.0); {_SRC_MANIFEST} "
+                f"(2.21.0: aws-neuronx-dkms 2.19.64.0); {_SRC_RULE}"
+            ),
+            RUNTIME_MODEL: f"{_SRC_MANIFEST} (2.21.0: neuronx-cc 2.16.345.0, neuron-cc 1.24.0.0); {_SRC_NEFF}",
+            FRAMEWORK_RUNTIME: (
+                f"{_SRC_MANIFEST} (2.21.0: torch-neuronx, torch-neuron, tensorflow-neuron); {_SRC_INF1_RUNTIME}"
+            ),
+            INF1: f"{_SRC_INF1_RUNTIME}; SDK:deploy/environments/dlami.rst (Inf1 DLAMIs up to SDK 2.26)",
+        },
+    ),
+}
+
+
+@dataclass(frozen=True)
+class GpuChain:
+    """One NGC Triton release (``nvcr.io/nvidia/tritonserver:<ngc>-py3``): its CUDA, the NVIDIA driver branch
+    it needs (``min_driver``), and on data center GPUs the older branches its CUDA forward-compatibility package
+    supports (``datacenter_compat``, each the lowest version of its branch; None: not confirmed). ``disputed``:
+    branches the release notes both allow and ask to upgrade from (reported as warnings)."""
+
+    ngc: str
+    cuda: str
+    min_driver: str
+    datacenter_compat: tuple[str, ...] | None
+    disputed: tuple[str, ...]
+    sources: dict[str, str] = field(hash=False)
+
+
+_NGC_NOTES = (
+    "https://docs.nvidia.com/deeplearning/triton-inference-server/release-notes/rel-{}.html (Driver Requirements)"
+)
+_DISPUTED_545 = (
+    " (lists R545 as forward-compatible on data center GPUs and among the drivers to upgrade from, "
+    "'not forward-compatible with CUDA 12.6')"
+)
+
+#: NGC Triton release -> its GPU chain, from each release's notes ("Driver Requirements"). 24.10 is the
+#: project's default (Triton 2.51, roles/triton.py). Left out, not confirmed: 25.01 and 25.03 (their notes ask
+#: for driver 560 with CUDA 12.8) and 25.08/25.10 (CUDA 13.0 with driver 575); their driver paragraphs repeat
+#: 24.x text ("not forward-compatible with CUDA 12.6").
+NGC_TRITON: dict[str, GpuChain] = {
+    "25.06": GpuChain(
+        ngc="25.06", cuda="12.9.1", min_driver="575", datacenter_compat=None, disputed=(),
+        sources={GPU_DRIVER_IMAGE: _NGC_NOTES.format("25-06") + " (its data center list repeats the 24.x "
+                 "text, not confirmed for CUDA 12.9)"},
+    ),
+    "24.12": GpuChain(
+        ngc="24.12", cuda="12.6.3", min_driver="560", datacenter_compat=("470.57", "525.85", "535.86"),
+        disputed=("545.23",),
+        sources={GPU_DRIVER_IMAGE: _NGC_NOTES.format("24-12") + _DISPUTED_545 + "; triton-inference-server/server"
+                 "@38520f6d0:docs/introduction/release_notes.md"},
+    ),
+    "24.10": GpuChain(
+        ngc="24.10", cuda="12.6.2", min_driver="560", datacenter_compat=("470.57", "525.85", "535.86"),
+        disputed=("545.23",),
+        sources={GPU_DRIVER_IMAGE: _NGC_NOTES.format("24-10") + _DISPUTED_545 + "; triton-inference-server/server"
+                 "@0194c3da9:docs/introduction/release_notes.md"},
+    ),
+    "24.08": GpuChain(
+        ngc="24.08", cuda="12.6", min_driver="560", datacenter_compat=("470.57", "525.85", "535.86"),
+        disputed=("545.23",),
+        sources={GPU_DRIVER_IMAGE: _NGC_NOTES.format("24-08") + _DISPUTED_545},
+    ),
+    "24.04": GpuChain(
+        ngc="24.04", cuda="12.4", min_driver="545", datacenter_compat=("470.57", "525.85", "535.86", "545.23"),
+        disputed=(),
+        sources={GPU_DRIVER_IMAGE: _NGC_NOTES.format("24-04")},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One link of the chain judged for one subject (``"host inf2-a"``, ``"model bert"``).
+
+    ``line`` says what was found and what is needed, ``fix`` what to do (None when there is nothing to do);
+    both are one line. ``str(finding)`` is ``"<subject>: <line>: <fix>"``.
+    """
+
+    subject: str
+    link: str
+    verdict: str
+    line: str
+    fix: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, not {self.verdict!r}")
+        if "\n" in self.line or (self.fix is not None and "\n" in self.fix):
+            raise ValueError("a finding is one line")
+
+    def __str__(self) -> str:
+        text = f"{self.subject}: {self.line}"
+        return f"{text}: {self.fix}" if self.fix else text
+
+
+def worst(findings: Iterable[Finding]) -> str:
+    """The worst verdict of ``findings`` (:data:`OK` for none)."""
+    return max((f.verdict for f in findings), key=VERDICTS.index, default=OK)
+
+
+class ArtifactInfo(Protocol):
+    """What was read from a compiled model (the artifact reader's result satisfies this).
+
+    ``compiler``: ``"neuronx-cc"``, ``"neuron-cc"`` or None; ``compiler_version`` and ``neff_version``
+    (``"2.0"``) as read, None when not found; ``kind``: what the artifact is; ``source``: how it was read
+    (shown in warnings). Callers pass Neuron artifacts only.
+    """
+
+    @property
+    def compiler(self) -> str | None: ...
+
+    @property
+    def compiler_version(self) -> str | None: ...
+
+    @property
+    def neff_version(self) -> str | None: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def source(self) -> str: ...
+
+
+def _v(text: str | Version | None) -> Version | None:
+    """``parse_version`` that answers None for what it cannot read."""
+    if text is None:
+        return None
+    try:
+        return parse_version(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _series(version: str | Version, n: int = 2) -> tuple[int, ...]:
+    return parse_version(version).series(n)
+
+
+def _series_text(version: str | Version, n: int = 2) -> str:
+    return ".".join(map(str, _series(version, n)))
+
+
+def chain_releases() -> list[ReleaseChain]:
+    """The rows of :data:`CHAIN`, oldest release first."""
+    return sorted(CHAIN.values(), key=lambda row: parse_version(row.sdk))
+
+
+def chain_for_release(sdk_release: str) -> ReleaseChain | None:
+    """The chain of a Neuron SDK release (``"2.32.0"``, ``"2.32"``); None if the table does not have it."""
+    wanted = _v(sdk_release)
+    return next((row for row in CHAIN.values() if wanted is not None and parse_version(row.sdk) == wanted), None)
+
+
+def chain_for_runtime(runtime_version: str) -> ReleaseChain | None:
+    """The release whose ``aws-neuronx-runtime-lib`` has the same major.minor as ``runtime_version``."""
+    wanted = _v(runtime_version)
+    return next((row for row in CHAIN.values() if wanted is not None and _series(row.runtime) == wanted.series(2)),
+                None)
+
+
+def chain_for_driver(driver_version: str) -> ReleaseChain | None:
+    """The release whose ``aws-neuronx-dkms`` line (major.minor) is that of ``driver_version`` (2.26.10.0 ->
+    2.28.0, which shipped 2.26.5.0)."""
+    wanted = _v(driver_version)
+    return next((row for row in CHAIN.values() if wanted is not None and _series(row.driver) == wanted.series(2)),
+                None)
+
+
+def _package_versions(row: ReleaseChain, package: str) -> tuple[str, ...]:
+    if package in row.compilers:
+        return (row.compilers[package],)
+    return row.frameworks.get(package, ())
+
+
+def _package_key(package: str, version: str | Version) -> tuple[int, ...]:
+    n = FRAMEWORK_KEY_PARTS.get(package, 2)
+    return tuple(parse_version(version).parts[:n])
+
+
+def releases_for_package(package: str, version: str) -> list[ReleaseChain]:
+    """Releases (oldest first) that ship ``package`` (a compiler or framework of :data:`FRAMEWORK_KEY_PARTS`)
+    at ``version``'s Neuron build (``torch-neuronx 2.9.0.2.13.26312`` -> 2.29.0, which shipped 2.9.0.2.13.24727)."""
+    wanted = _v(version)
+    if wanted is None:
+        return []
+    key = _package_key(package, wanted)
+    return [row for row in chain_releases() if any(_package_key(package, v) == key for v in
+                                                   _package_versions(row, package))]
+
+
+def _needed(brk: KernelBreak, driver: Version) -> str | None:
+    """The fixed driver ``driver`` lacks for ``brk``, None if it has the fix."""
+    same_line = [f for f in brk.fixed_in if _series(f) == driver.series(2)]
+    newest = max(brk.fixed_in, key=parse_version)
+    if any(at_least(driver, f) for f in same_line) or at_least(driver, newest):
+        return None
+    return same_line[0] if same_line else newest
+
+
+def check_kernel(kernel: str, driver: str, dkms_built: bool | None, *, subject: str = "host") -> Finding:
+    """The kernel -> driver link: does ``aws-neuronx-dkms`` ``driver`` build and work on ``kernel``?
+
+    ``kernel`` as ``uname -r`` prints it; ``dkms_built``: whether DKMS built the module for it (None: not
+    known). Fails below :data:`KERNEL_MIN`, on a known break (:data:`KERNEL_BREAKS`) the driver has no fix for
+    (a warning if the module built anyway) and when the module is not built; passes on a kernel the driver
+    was tested on; warns on any other kernel and on a driver the table does not know.
+    """
+
+    def finding(verdict: str, line: str, fix: str | None = None) -> Finding:
+        return Finding(subject, KERNEL_DRIVER, verdict, line, fix)
+
+    k, d = _v(kernel), _v(driver)
+    if k is None:
+        return finding(WARN, f"cannot read the kernel version {kernel!r}", "check `uname -r` on the host")
+    if d is None:
+        return finding(WARN, f"cannot read the {DKMS} version {driver!r}", f"check `dpkg -s {DKMS}` on the host")
+    series = _series_text(k)
+    if k.series(2) < _series(KERNEL_MIN):
+        return finding(FAIL, f"kernel {kernel} is older than {KERNEL_MIN}, the oldest the Neuron driver supports",
+                       f"boot a kernel {KERNEL_MIN} or newer (AL2: the kernel-5.10 extra)")
+    for brk in sorted(KERNEL_BREAKS, key=lambda b: parse_version(b.kernel), reverse=True):
+        needed = _needed(brk, d) if k.series(2) >= _series(brk.kernel) else None
+        if needed is not None:
+            built = "; DKMS built it all the same, check dmesg" if dkms_built else ""
+            return finding(
+                WARN if dkms_built else FAIL,
+                f"kernel {kernel} needs {DKMS} {needed} or later ({brk.what}); the host has {driver}{built}",
+                f"upgrade {DKMS} to {needed} or later, or boot a kernel older than {brk.kernel}",
+            )
+    if dkms_built is False:
+        return finding(FAIL, f"{DKMS} {driver} is not built for kernel {kernel}",
+                       f"install the kernel headers (linux-headers-$(uname -r)) and reinstall {DKMS}")
+    row = chain_for_driver(driver)
+    if row is None:
+        return finding(WARN, f"{DKMS} {driver} is not in the compatibility table, so the kernels it supports are "
+                             f"unknown (kernel {kernel})",
+                       "add its Neuron SDK release to tritonfleet/compat.py CHAIN, or set neuron_sdk_release to "
+                       f"{DEFAULT_SDK_RELEASE}")
+    if not row.kernels_tested:
+        inf1_line = parse_version(row.driver).matches(INF1_DKMS_PIN)
+        return finding(WARN, f"Neuron published no tested kernels for {DKMS} {row.driver} (Neuron SDK {row.sdk}); "
+                             f"kernel {kernel} is untested",
+                       "check the module with `dkms status` and dmesg" + (
+                           f" (inf1 hosts stay on {DKMS} {INF1_DKMS_PIN})" if inf1_line else
+                           ", or set neuron_sdk_release to a release with a published kernel table"))
+    if series in row.kernels_tested:
+        return finding(OK, f"kernel {kernel} is one {DKMS} {row.driver} (Neuron SDK {row.sdk}) was tested on")
+    tested = ", ".join(row.kernels_tested)
+    newer = [r for r in chain_releases()
+             if series in r.kernels_tested and parse_version(r.sdk) > parse_version(row.sdk)]
+    fix = (f"set neuron_sdk_release to {newer[0].sdk} (tested on {series}), or boot a tested kernel" if newer
+           else "boot a tested kernel, or check the module with `dkms status` and dmesg")
+    return finding(WARN, f"kernel {series} is not one {DKMS} {row.driver} (Neuron SDK {row.sdk}) was tested on "
+                         f"({tested})", fix)
+
+
+def _driver_min_runtime(driver: Version) -> tuple[ReleaseChain, bool] | None:
+    """The release whose driver needs the newest runtime among drivers up to ``driver``'s line, and whether
+    that limit is published for ``driver``'s own line (True) or only inferred (compatibility ids only grow)."""
+    limits = [row for row in chain_releases()
+              if row.driver_min_runtime is not None and _series(row.driver) <= driver.series(2)]
+    if not limits:
+        return None
+    row = max(limits, key=lambda r: parse_version(r.driver_min_runtime or "0"))
+    return row, _series(row.driver) == driver.series(2)
+
+
+def check_driver_runtime_finding(driver: str, runtime: str, neuron_arch: str | None = None, *,
+                                 subject: str = "host") -> Finding:
+    """The driver -> runtime link as a :class:`Finding`: :func:`check_driver_runtime`'s rule, plus what the
+    chain knows beyond it: Inf1 has no ``aws-neuronx-runtime-lib`` from 2.23 on, the minimum runtime a driver
+    accepts (driver 2.29 needs runtime 2.33), drivers :data:`NEURON_RELEASES` does not record, and a runtime the
+    table does not know (a warning)."""
+
+    def finding(verdict: str, line: str, fix: str | None = None) -> Finding:
+        return Finding(subject, DRIVER_RUNTIME, verdict, line, fix)
+
+    d, r = _v(driver), _v(runtime)
+    if d is None:
+        return finding(WARN, f"cannot read the host {DKMS} version {driver!r}", f"check `dpkg -s {DKMS}` on the host")
+    if r is None:
+        return finding(WARN, f"cannot read the image's {RUNTIME_LIB} version {runtime!r}",
+                       "declare it with the image label or triton_neuron_runtime_version")
+    problem = _driver_runtime_problem(driver, runtime, neuron_arch)
+    if problem is not None:
+        return finding(FAIL, *problem)
+    if neuron_arch == "inf1" and at_least(r, INF1_RUNTIME_REMOVED):
+        return finding(FAIL, f"{RUNTIME_LIB} {runtime} has no Inf1 support (removed in {INF1_RUNTIME_REMOVED}, "
+                             "Neuron SDK 2.21.0)",
+                       f"inf1 images use the runtime inside torch-neuron/tensorflow-neuron, without {RUNTIME_LIB}")
+    row = chain_for_runtime(runtime)
+    if row is None:
+        newest = chain_releases()[-1]
+        age = "newer than any release" if r.series(2) > _series(newest.runtime) else "not a release"
+        return finding(WARN, f"{RUNTIME_LIB} {runtime} is {age} in the compatibility table (newest: {newest.runtime}, "
+                             f"Neuron SDK {newest.sdk}), so the driver it needs is unknown; the host has {driver}",
+                       "add its Neuron SDK release to tritonfleet/compat.py (NEURON_RELEASES and CHAIN), or use an "
+                       "image built for a release in the table")
+    needs = f"{RUNTIME_LIB} {runtime} (Neuron SDK {row.sdk}) needs {DKMS} >= {row.runtime_min_driver}"
+    if not at_least(d, row.runtime_min_driver):
+        return finding(FAIL, f"{needs}, the host has {driver}",
+                       "upgrade the host driver (deploys/neuron.py) or use an image built for an older Neuron SDK")
+    limit = _driver_min_runtime(d)
+    if limit is not None and r.series(2) < _series(limit[0].driver_min_runtime or "0"):
+        lim, published = limit
+        fix = (f"rebuild the image for Neuron SDK {lim.sdk} or later (neuron_sdk_release), or keep the host on "
+               f"an older driver")
+        if published:
+            return finding(FAIL, f"{DKMS} {driver} needs {RUNTIME_LIB} >= {lim.driver_min_runtime} (Neuron SDK "
+                                 f"{lim.sdk} known issue); the image has {runtime}", fix)
+        return finding(WARN, f"{DKMS} {lim.driver} needs {RUNTIME_LIB} >= {lim.driver_min_runtime} (Neuron SDK "
+                             f"{lim.sdk} known issue) and runtime compatibility ids only grow, so {driver} likely "
+                             f"does too; the image has {runtime}", fix)
+    return finding(OK, f"{needs}; the host has {driver}")
+
+
+def parse_compat_id_error(text: str) -> tuple[int, int, int] | None:
+    """(runtime id, lowest, highest accepted) from the runtime's refusal, aws-neuron/aws-neuron-sdk#655:
+    ``This Neuron Runtime (compatibility id: 6) is not compatible with the installed aws-neuron-dkms package``
+    ... ``supports Runtime compatibility id range: 2 - 4``; None if ``text`` does not hold both."""
+    ident = re.search(r"compatibility id:\s*(\d+)", text)
+    span = re.search(r"compatibility id range:\s*(\d+)\s*-\s*(\d+)", text)
+    if ident is None or span is None:
+        return None
+    return int(ident.group(1)), int(span.group(1)), int(span.group(2))
+
+
+def check_compat_id(runtime_id: int, driver: str, neuron_arch: str, *,
+                    supported: tuple[int, int] | None = None, subject: str = "host") -> Finding:
+    """The driver -> runtime link by compatibility id: is ``runtime_id`` within the ids ``driver`` accepts on
+    ``neuron_arch``? ``supported`` is the range the runtime's message reported (:func:`parse_compat_id_error`);
+    without it the range comes from :data:`DRIVER_COMPAT_IDS` (unknown for most drivers: a warning)."""
+    span = supported or DRIVER_COMPAT_IDS.get(driver, {}).get(neuron_arch)
+    if span is None:
+        return Finding(subject, DRIVER_RUNTIME, WARN,
+                       f"the runtime compatibility ids {DKMS} {driver} accepts on {neuron_arch} are not published",
+                       "compare the runtime's own message (compatibility id range) or the release notes")
+    low, high = span
+    line = f"runtime compatibility id {runtime_id}, {DKMS} {driver} accepts {low}-{high} on {neuron_arch}"
+    if low <= runtime_id <= high:
+        return Finding(subject, DRIVER_RUNTIME, OK, line)
+    fix = ("upgrade the host driver and reload the module (rmmod neuron; modprobe neuron)" if runtime_id > high
+           else "use an image with a newer runtime")
+    return Finding(subject, DRIVER_RUNTIME, FAIL, line, fix)
+
+
+def _neff_supported(neff: str, row: ReleaseChain | None) -> tuple[bool, tuple[str, ...]]:
+    known = row.neff_versions if row is not None else tuple(sorted(
+        {n for r in CHAIN.values() for n in r.neff_versions}, key=parse_version))
+    v = _v(neff)
+    return v is not None and any(v == parse_version(n) for n in known), known
+
+
+def check_model(model: str, info: ArtifactInfo, runtime: str | None, *, neuron_arch: str | None = None,
+                subject: str | None = None) -> Finding:
+    """The runtime -> model link: can the image's ``aws-neuronx-runtime-lib`` ``runtime`` load ``model``?
+
+    A model compiled by ``neuronx-cc`` of release R needs the runtime of R or later (Neuron tests each
+    compiler with its release's runtime; a newer NEFF fails on an older runtime, SDK:nrt-troubleshoot.rst). A
+    compiler version between two rows of the table is judged by the rows around it; one outside the table, a
+    NEFF version outside the NEFF support table, or no compiler version is a warning. ``neuron_arch`` also
+    checks the compiler against the host (neuron-cc: inf1 only; neuronx-cc: not inf1). ``runtime`` None: the
+    image's runtime is unknown (or, on inf1, inside the framework).
+    """
+    subject = subject or f"model {model}"
+
+    def finding(verdict: str, line: str, fix: str | None = None) -> Finding:
+        return Finding(subject, RUNTIME_MODEL, verdict, line, fix)
+
+    compiler, version, neff = info.compiler, info.compiler_version, info.neff_version
+    neff_text = f" (NEFF {neff})" if neff else ""
+    built = f"compiled by {compiler} {version}{neff_text}" if compiler and version else ""
+    r = _v(runtime)
+    r_row = chain_for_runtime(runtime) if runtime else None
+    if neuron_arch and compiler in COMPILER_ARCHS and neuron_arch not in COMPILER_ARCHS[compiler]:
+        other = NEURON_CC if neuron_arch == "inf1" else NEURONX_CC
+        return finding(FAIL, f"{built or f'compiled by {compiler}'} for {'/'.join(COMPILER_ARCHS[compiler])}; the host "
+                             f"is {neuron_arch}", f"recompile with {other} for {neuron_arch}")
+    neff_ok, neff_known = _neff_supported(neff, r_row) if neff else (True, ())
+    neff_note = "" if neff_ok else f"; NEFF {neff} is not in the NEFF support table ({', '.join(neff_known)})"
+    if not compiler or not version:
+        what = f"NEFF {neff}" if neff else "nothing"
+        return finding(WARN, f"no compiler version found ({what} read from {info.source}, {info.kind}){neff_note}",
+                       "recompile with the image's compiler, or keep the compiler version with the model")
+    v = _v(version)
+    if v is None or compiler not in COMPILER_ARCHS:
+        return finding(WARN, f"cannot judge {compiler} {version} ({info.source})",
+                       f"recompile with {NEURONX_CC} or {NEURON_CC} of a release in tritonfleet/compat.py CHAIN")
+    if compiler == NEURON_CC:
+        if runtime and r is not None and at_least(r, INF1_RUNTIME_REMOVED):
+            return finding(FAIL, f"{built}, an Inf1 model; {RUNTIME_LIB} {runtime} has no Inf1 support",
+                           f"serve it on inf1 with the runtime inside torch-neuron, or recompile with {NEURONX_CC}")
+        if not releases_for_package(NEURON_CC, version):
+            return finding(WARN, f"{built}, which is not in the compatibility table{neff_note}",
+                           f"recompile with {NEURON_CC} {chain_releases()[-1].compilers[NEURON_CC]}")
+        return finding(WARN if neff_note else OK, f"{built}, the Inf1 compiler of the table's releases{neff_note}",
+                       "recompile with the image's compiler" if neff_note else None)
+    if r is None:
+        return finding(WARN, f"{built}; the image's {RUNTIME_LIB} version is unknown",
+                       "declare it with the image label or triton_neuron_runtime_version")
+    rows = chain_releases()
+    c = v.series(2)
+    exact = [row for row in rows if _series(row.compilers[NEURONX_CC]) == c]
+    image_compiler = f" ({NEURONX_CC} {r_row.compilers[NEURONX_CC]})" if r_row else ""
+    if exact:
+        row = exact[0]
+        needs = f"{built}, needs runtime >= {_series_text(row.runtime)} (Neuron SDK {row.sdk})"
+        if r.series(2) >= _series(row.runtime):
+            return finding(WARN if neff_note else OK, f"{needs}; the image has {runtime}{neff_note}",
+                           "recompile with the image's compiler" if neff_note else None)
+        return finding(FAIL, f"{needs}; the image has {runtime}",
+                       f"set neuron_sdk_release to {row.sdk} or later, or recompile with the image's "
+                       f"compiler{image_compiler}")
+    older = [row for row in rows if _series(row.compilers[NEURONX_CC]) < c]
+    newer = [row for row in rows if _series(row.compilers[NEURONX_CC]) > c]
+    if older and r.series(2) <= _series(older[-1].runtime):
+        low = older[-1]
+        return finding(FAIL, f"{built}, newer than {NEURONX_CC} {low.compilers[NEURONX_CC]} of Neuron SDK {low.sdk}, "
+                             f"needs a runtime newer than {_series_text(low.runtime)}; the image has {runtime}",
+                       f"set neuron_sdk_release to a release after {low.sdk}, or recompile with the image's "
+                       f"compiler{image_compiler}")
+    where = (f"between Neuron SDK {older[-1].sdk} and {newer[0].sdk}" if older and newer
+             else f"newer than Neuron SDK {older[-1].sdk}'s" if older else f"older than Neuron SDK {newer[0].sdk}'s")
+    return finding(WARN, f"{built} is not in the compatibility table ({where}), so the runtime it needs is "
+                         f"unknown; the image has {runtime}{neff_note}",
+                   f"add its Neuron SDK release to tritonfleet/compat.py CHAIN, or recompile with the image's "
+                   f"compiler{image_compiler}")
+
+
+def _framework_part(package: str, version: str, runtime: str | None, r_row: ReleaseChain | None
+                    ) -> tuple[str, str, str | None]:
+    """(verdict, what was found, fix) for one framework package of the image."""
+    rows = releases_for_package(package, version)
+    name = f"{package} {version}"
+    r = _v(runtime)
+    if package in INF1_PACKAGES and r is not None and at_least(r, INF1_RUNTIME_REMOVED):
+        return (FAIL, f"{name} is an Inf1 package, and {RUNTIME_LIB} {runtime} has no Inf1 support",
+                f"keep Inf1 frameworks on the runtime they bring: no {RUNTIME_LIB} in inf1 images")
+    if not rows:
+        return (WARN, f"{name} is not in the compatibility table",
+                f"pin {package} from a Neuron SDK release in tritonfleet/compat.py CHAIN, or add its release")
+    sdks = ", ".join(row.sdk for row in rows) if len(rows) < 3 else f"{rows[0].sdk} to {rows[-1].sdk}"
+    if runtime is None:
+        if package in INF1_PACKAGES:
+            return OK, f"{name} (Neuron SDK {sdks}) brings its own runtime", None
+        return (WARN, f"{name} (Neuron SDK {sdks}); the image's {RUNTIME_LIB} version is unknown",
+                "declare it with the image label or triton_neuron_runtime_version")
+    if r is None:
+        return WARN, f"{name}; cannot read the runtime version {runtime!r}", "check the image's runtime label"
+    if r_row is None:
+        if r.series(2) < _series(rows[0].runtime):
+            return (FAIL, f"{name} is from Neuron SDK {rows[0].sdk}, needs runtime >= {_series_text(rows[0].runtime)}; "
+                          f"the image has {runtime}", f"set neuron_sdk_release to {rows[0].sdk} or later")
+        return (WARN, f"{name} (Neuron SDK {sdks}); runtime {runtime} is not in the compatibility table",
+                "add the runtime's Neuron SDK release to tritonfleet/compat.py CHAIN")
+    if r_row in rows:
+        return OK, f"{name} ships with Neuron SDK {r_row.sdk}, as does runtime {runtime}", None
+    pinned = _package_versions(r_row, package)
+    pin_fix = (f"pin {package}=={pinned[-1]} (Neuron SDK {r_row.sdk})" if pinned
+               else f"use {package} and the runtime of one Neuron SDK release")
+    if parse_version(rows[0].sdk) > parse_version(r_row.sdk):
+        return (FAIL, f"{name} is from Neuron SDK {rows[0].sdk}, newer than runtime {runtime} (Neuron SDK "
+                      f"{r_row.sdk}): it needs runtime >= {_series_text(rows[0].runtime)}",
+                f"set neuron_sdk_release to {rows[0].sdk} or later, or {pin_fix}")
+    return (WARN, f"{name} is from Neuron SDK {sdks}, runtime {runtime} from {r_row.sdk}: a framework is tested with "
+                  "its own release's runtime (aws-neuron/aws-neuron-sdk#1071: one broke on the next runtime)",
+            pin_fix)
+
+
+def check_framework(framework_versions: Mapping[str, str], runtime: str | None, *,
+                    subject: str = "image") -> Finding:
+    """The framework -> runtime link: were the image's Neuron framework and compiler packages
+    (``{"torch-neuronx": "2.9.0.2.15.32035", ...}``, names as pip spells them) released with its runtime?
+
+    Same release: ok. A package newer than the runtime's release: fail. An older one: warning (Neuron tests a
+    framework with its own release's runtime; aws-neuron/aws-neuron-sdk#1071 is one that broke). An Inf1
+    package with a runtime-lib from 2.23 on: fail. Unknown packages are ignored; unknown versions warn.
+    ``runtime`` None: not declared (or, for Inf1 packages, brought by the framework).
+    """
+    known = {name.lower().replace("_", "-"): version for name, version in framework_versions.items()}
+    known = {name: version for name, version in known.items() if name in FRAMEWORK_KEY_PARTS}
+    if not known:
+        listed = ", ".join(sorted(framework_versions)) or "none"
+        return Finding(subject, FRAMEWORK_RUNTIME, WARN,
+                       f"no Neuron framework or compiler package among the image's packages ({listed})",
+                       "check that the image was built with its Neuron framework pins (FRAMEWORK_PINS)")
+    r_row = chain_for_runtime(runtime) if runtime else None
+    parts = [_framework_part(name, known[name], runtime, r_row) for name in sorted(known)]
+    verdict = max((p[0] for p in parts), key=VERDICTS.index)
+    fix = next((p[2] for p in parts if p[0] == verdict and p[2]), None)
+    return Finding(subject, FRAMEWORK_RUNTIME, verdict, "; ".join(p[1] for p in parts), fix)
+
+
+_NGC_TAG_RE = re.compile(r"(?:^|[:/])(\d{2}\.\d{2})(?:[-.]|$)")
+
+
+def ngc_release_of(image: str) -> str | None:
+    """The NGC release (``"24.10"``) of ``24.10``, ``24.10-py3`` or ``nvcr.io/nvidia/tritonserver:24.10-py3``."""
+    match = _NGC_TAG_RE.search(image.strip())
+    return match.group(1) if match else None
+
+
+def check_gpu(driver_version: str, ngc_release: str, *, datacenter_gpu: bool = True,
+              subject: str = "host") -> Finding:
+    """The GPU driver -> image link: can NVIDIA driver ``driver_version`` run NGC Triton ``ngc_release``
+    (a release, tag or image reference)?
+
+    Passes from the release's minimum driver on; below it, on a data center GPU (every EC2 GPU: T4, A10G, L4,
+    L40S, A100, H100), passes on a forward-compatible branch the release notes list, warns on a branch they
+    dispute, and fails otherwise (also when the release's forward-compatible branches are not confirmed). An
+    NGC release the table does not know is a warning.
+    """
+
+    def finding(verdict: str, line: str, fix: str | None = None) -> Finding:
+        return Finding(subject, GPU_DRIVER_IMAGE, verdict, line, fix)
+
+    tag = ngc_release_of(ngc_release)
+    row = NGC_TRITON.get(tag) if tag else None
+    d = _v(driver_version)
+    if d is None:
+        return finding(WARN, f"cannot read the NVIDIA driver version {driver_version!r}",
+                       "check nvidia-smi on the host")
+    if row is None:
+        known = ", ".join(sorted(NGC_TRITON))
+        return finding(WARN, f"NGC Triton {ngc_release} is not in the compatibility table ({known}), so the driver "
+                             f"it needs is unknown; the host has {driver_version}",
+                       "add it to tritonfleet/compat.py NGC_TRITON from its release notes (Driver Requirements)")
+    needs = f"NGC Triton {row.ngc} (CUDA {row.cuda}) needs NVIDIA driver >= {row.min_driver}"
+    upgrade = f"upgrade the NVIDIA driver to R{row.min_driver} or later, or use an older NGC Triton release"
+    if at_least(d, row.min_driver):
+        return finding(OK, f"{needs}; the host has {driver_version}")
+    if not datacenter_gpu:
+        return finding(FAIL, f"{needs}; the host has {driver_version}", upgrade)
+    if row.datacenter_compat is None:
+        return finding(FAIL, f"{needs}; the host has {driver_version}, and which older branches it supports on data "
+                             "center GPUs is not confirmed", upgrade)
+    branch = d.parts[0]
+    for lowest in row.disputed:
+        if parse_version(lowest).parts[0] == branch:
+            return finding(WARN, f"{needs}; the host has R{branch} {driver_version}, which the {row.ngc} release "
+                                 "notes both allow on data center GPUs and ask to upgrade from", upgrade)
+    for lowest in row.datacenter_compat:
+        if parse_version(lowest).parts[0] == branch:
+            if at_least(d, lowest):
+                return finding(OK, f"{needs}, or R{branch} >= {lowest} on a data center GPU (CUDA forward "
+                                   f"compatibility); the host has {driver_version}")
+            return finding(FAIL, f"{needs}, or R{branch} >= {lowest} on a data center GPU; the host has "
+                                 f"{driver_version}",
+                           f"upgrade the R{branch} driver to {lowest} or later, or {upgrade}")
+    branches = ", ".join(f"R{parse_version(x).parts[0]} >= {x}" for x in row.datacenter_compat)
+    return finding(FAIL, f"{needs} (on data center GPUs also {branches}); the host has {driver_version}", upgrade)
