@@ -253,6 +253,20 @@ def test_timeout_names_the_models(ready_env):
     assert proc.returncode == 1 and "not ready after 1s (http://127.0.0.1:8000; models: add_sub)" in proc.stderr
 
 
+def test_the_wait_looks_quickly_for_5_seconds_then_every_second(ready_env, tmp_path):
+    """A server that comes up at once is seen within 0.2 s; a slow one is then asked once a second (a stand-in
+    ``sleep`` logs each pause and lets the server come up at its 30th)."""
+    env, state = ready_env
+    (state / "state").write_text("running 0\n")
+    stub(tmp_path / "bin", "sleep", """\
+        echo "$1" >> "$STATE/pauses"
+        [ "$(wc -l < "$STATE/pauses")" -ge 30 ] && touch "$STATE/ready"
+        true
+    """)
+    assert run("triton-ready.sh", "triton", "http://127.0.0.1:8000", "600", env=env).returncode == 0
+    assert (state / "pauses").read_text().split() == ["0.2"] * 25 + ["1"] * 5
+
+
 # -- packages.sh ---------------------------------------------------------------------------------------------
 
 DPKG = """\

@@ -133,6 +133,10 @@ def rollback_point(name: str, data: dict) -> dict:
         session.close()
 
 
+#: seconds between two looks at a host that does not serve yet (one SSH command each)
+SERVING_POLL = 1.0
+
+
 def serving(name: str, data: dict, timeout: float = 120) -> tuple[bool, str]:
     """(every server of the host serves, what the last look saw), asking Docker and Triton through the
     reader ``tritonfleet status`` renders (:func:`tritonfleet.access.health.read_host`) until they do or
@@ -147,7 +151,7 @@ def serving(name: str, data: dict, timeout: float = 120) -> tuple[bool, str]:
         if time.monotonic() > deadline:
             return False, seen.seen()
         logger.debug("%s: not serving yet: %s", name, seen.seen())
-        time.sleep(3)
+        time.sleep(SERVING_POLL)
 
 
 def plan(hosts: list[str], canary: int, batch: int) -> list[list[str]]:
