@@ -24,8 +24,7 @@ HOSTS = ["inf1", "inf2", "trn1", "gpu", "legacy"]
 
 @pytest.fixture(scope="module")
 def provisioned(sandbox, tmp_path_factory):
-    for name in HOSTS:  # bare hosts (the legacy one comes back with its legacy packages)
-        fleet.reset_host(name)
+    fleet.reset_hosts(HOSTS)  # bare hosts (the legacy one comes back with its legacy packages)
     inv = write_inventory(tmp_path_factory.mktemp("inv"), HOSTS)
     first = pyinfra(inv, "deploys/neuron.py")
     second = pyinfra(inv, "deploys/neuron.py")

@@ -29,6 +29,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -72,7 +73,7 @@ from tritonfleet.sandbox.services import ensure_services
 __all__ = [  # what the CLI, the inventory and the e2e tests use
     "HostSpec", "HostState", "LB_NAME", "LB_TYPE", "SandboxError", "cleanup_all", "default_specs", "down",
     "find_cgroups", "get_host", "hosts_from_state", "key_path", "known_hosts_path", "leftovers", "load_state",
-    "reset_host", "s3_endpoint", "ssh", "ssh_base_args", "status", "up",
+    "reset_host", "reset_hosts", "s3_endpoint", "ssh", "ssh_base_args", "status", "up",
 ]
 # Names of :mod:`.layout` that callers read from here (always the current value, patched or not).
 _LAYOUT_NAMES = {"BRIDGE", "BRIDGE_IP", "IMDS_PORT", "NETNS_PREFIX", "PROMETHEUS_PORT", "REPO_PORT", "S3_BUCKET", "S3_PORT",
@@ -356,20 +357,38 @@ def _repo_dict(info) -> dict:
 
 def reset_host(name: str) -> HostState:
     """Give host ``name`` a fresh root (same name, IP, type and spec): for tests that need a bare host."""
+    (h,) = reset_hosts([name])
+    return h
+
+
+def reset_hosts(names: Sequence[str]) -> list[HostState]:
+    """Give each host of ``names`` a fresh root (:func:`reset_host`): the roots are made one after the other under
+    the sandbox's lock, then the hosts boot and get their preinstalled packages at the same time."""
+    made: list[tuple[HostState, HostSpec]] = []
     with locked():
         state = load_state()
-        h = get_host(name, state)
-        spec = HostSpec(**h.spec)
-        remove_host(h)
-        base = ensure_base(keep={x.base for x in hosts_from_state(state) if x.base})
-        supplies = services.ensure_supplies(base)
-        create_host(h, spec, base, supplies)
-        state["hosts"][name] = dataclasses.asdict(h)
+        for name in names:
+            h = get_host(name, state)
+            spec = HostSpec(**h.spec)
+            remove_host(h)
+            base = ensure_base(keep={x.base for x in hosts_from_state(state) if x.base})
+            supplies = services.ensure_supplies(base)
+            create_host(h, spec, base, supplies)
+            state["hosts"][name] = dataclasses.asdict(h)
+            made.append((h, spec))
         save_state(state)
         write_known_hosts(hosts_from_state(state))
-    wait_host(h)
-    preinstall(h, spec.preinstall)
-    return h
+
+    def ready(item: tuple[HostState, HostSpec]) -> HostState:
+        h, spec = item
+        wait_host(h)
+        preinstall(h, spec.preinstall)
+        return h
+
+    if len(made) == 1:
+        return [ready(made[0])]
+    with ThreadPoolExecutor(max_workers=len(made)) as pool:  # each boot waits on its own host
+        return list(pool.map(ready, made))
 
 
 def down() -> list[str]:
