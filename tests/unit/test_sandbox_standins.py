@@ -212,6 +212,25 @@ def test_invalid_kernel_release_is_rejected() -> None:
 
 @needs_tools
 @needs_root
+def test_a_kernel_the_driver_does_not_build_on_leaves_no_module_and_no_devices(tmp_path: Path,
+                                                                              debs: dict[str, Path]) -> None:
+    """hardware.json's dkms_build_fails plays a kernel DKMS cannot build the driver for: its next build (here the
+    kernel-headers hook, as after a kernel upgrade) prints DKMS's error and takes the module and devices away."""
+    host = Host(tmp_path / "root", INF2)
+    host.dpkg("-i", deb(debs, f"linux-headers-{KERNEL}"))
+    host.dpkg("-i", deb(debs, "aws-neuronx-dkms", "2.30.2.0"))
+    module = host.root / f"lib/modules/{KERNEL}/updates/dkms/neuron.ko"
+    assert module.is_file() and len(host.nodes("neuron")) == 6
+    host.set_hardware({**INF2, "dkms_build_fails": "kernel too new for this driver"})
+    hook = host.run("/etc/kernel/header_postinst.d/aws-neuronx-dkms-sandbox", KERNEL)
+    assert hook.returncode == 0, hook.stderr
+    assert f"Error! Bad return status for module build on kernel: {KERNEL} (" in hook.stderr
+    assert not module.exists() and host.nodes("neuron") == {} and host.driver_version() is None
+    host.set_hardware(INF2)  # a kernel it builds on again
+    host.run("/etc/kernel/header_postinst.d/aws-neuronx-dkms-sandbox", KERNEL)
+    assert module.is_file() and len(host.nodes("neuron")) == 6
+
+
 def test_neuron_driver_lifecycle_and_tools(tmp_path: Path, debs: dict[str, Path]) -> None:
     host = Host(tmp_path / "root", INF2)
     # no kernel headers: DKMS "skips the build", no devices (as on a real host)
@@ -226,6 +245,8 @@ def test_neuron_driver_lifecycle_and_tools(tmp_path: Path, debs: dict[str, Path]
     assert host.driver_version() == "2.30.2.0"
     tmpfiles = (host.root / "etc/tmpfiles.d/tritonfleet-sandbox-neuron.conf").read_text()
     assert "c /dev/neuron5 0666 root root - 250:5" in tmpfiles and "2.30.2.0" in tmpfiles
+    module = host.root / f"lib/modules/{KERNEL}/updates/dkms/neuron.ko"
+    assert module.is_file()  # where `dkms install` puts the module it built (NeuronState's dkms_built)
 
     host.dpkg("-i", deb(debs, "aws-neuronx-tools", "2.32.28.0"))
     ls = host.run("/opt/aws/neuron/bin/neuron-ls", "-j")
