@@ -13,7 +13,7 @@ from roles.neuron import neuron
 from roles.nvidia import nvidia
 from roles.preflight import preflight
 
-preflight()
+preflight(installs_driver=True)
 base()
 neuron()
 efa()

@@ -22,7 +22,7 @@ from roles.sysctl import sysctl
 from roles.triton import triton
 from roles.watchdog import watchdog
 
-preflight()
+preflight(installs_driver=True)
 base()
 sysctl()
 neuron()

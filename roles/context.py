@@ -8,6 +8,7 @@ from pyinfra.api.exceptions import PyinfraError
 from tritonfleet.config import HostConfig
 
 _ATTR = "_tritonfleet_configs"
+_INSTALLS_DRIVER = "_tritonfleet_installs_driver"
 
 
 def store(state, configs: dict[str, HostConfig]) -> None:
@@ -25,3 +26,14 @@ def config_for(h=None) -> HostConfig:
     if configs is None or h.name not in configs:
         raise PyinfraError("no validated config for this host: call roles.preflight.preflight() first in the deploy")
     return configs[h.name]
+
+
+def set_installs_driver(state, installs: bool) -> None:
+    """Whether the deploy of this run installs the neuron role's pinned driver (``preflight(installs_driver=...)``):
+    preflight's kernel gate judges that driver then, else the one the host has."""
+    setattr(state, _INSTALLS_DRIVER, installs)
+
+
+def installs_driver(state) -> bool:
+    """:func:`set_installs_driver`'s value (False when preflight was not told)."""
+    return bool(getattr(state, _INSTALLS_DRIVER, False))

@@ -5,12 +5,16 @@
   ``models_dir/versions/<id>``, verified, and switches ``models_dir/current`` atomically; running servers
   (explicit model control) then load only what changed, and a model that fails to load switches back.
   Containers mount ``models_dir`` and read ``/models/current``, so a switch needs no restart.
+  On a Neuron host the agent first checks each Neuron model of the new version against what the image's
+  runtime loads (:func:`compat_text`, written to ``/etc/tritonfleet/model-compat.json``): a model it cannot
+  load fails the sync with one line naming it, before anything changes, and the host keeps serving.
 - **S3 direct** (``models_s3_direct``): Triton reads ``s3://`` itself; nothing is kept on disk.
 - **Controller copy** (``models_source``): a directory on the controller, copied and switched in.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from collections.abc import Iterable, Sequence
@@ -24,6 +28,7 @@ from roles import operations as ops
 from roles.context import config_for
 from roles.facts.files import FileDigests
 from roles.triton_image import python_image_pending
+from tritonfleet import compat
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
     DEFAULT_IMDS,
@@ -163,9 +168,29 @@ def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:
         if repository_header(cfg):
             cmd += ["--header-file", hc.REPOSITORY_HEADER_FILE]
     cmd += memory_args(cfg)  # in any mode: the servers load the new version, by themselves (poll) or reloaded
+    if compat_limits(cfg) is not None:  # the image's runtime loads each Neuron model (the file: _s3_sync)
+        cmd += ["--compat", hc.MODEL_COMPAT_FILE]
     if cfg.imds_endpoint != DEFAULT_IMDS:  # credentials from the instance profile at another IMDS address
         cmd = ["/usr/bin/env", f"AWS_EC2_METADATA_SERVICE_ENDPOINT={cfg.imds_endpoint}", *cmd]
     return cmd
+
+
+def compat_limits(cfg: HostConfig) -> dict | None:
+    """What the host's Triton image loads (:func:`tritonfleet.compat.model_limits` of its Neuron runtime, the
+    triton role's :func:`~roles.triton.container_runtime_version`, and the host's architecture), which the agent
+    checks every Neuron model of a version against before it switches ``current``; None on a host without
+    Neuron devices. An unknown runtime gives limits that make every neuronx-cc model a warning."""
+    if not cfg.instance.is_neuron:
+        return None
+    from roles.triton import container_runtime_version  # here: roles.triton imports this module
+
+    return compat.model_limits(container_runtime_version(cfg), cfg.instance.neuron_arch)
+
+
+def compat_text(cfg: HostConfig) -> str | None:
+    """The limits file (``/etc/tritonfleet/model-compat.json``) as the role writes it; None without Neuron."""
+    limits = compat_limits(cfg)
+    return None if limits is None else json.dumps(limits, indent=2, sort_keys=True) + "\n"
 
 
 def server_models_args(servers: Iterable[tuple[str, Sequence[str] | None]]) -> list[str]:
@@ -232,11 +257,16 @@ def repository_header(cfg: HostConfig) -> str | None:
 
 
 def _s3_sync(cfg: HostConfig) -> None:
-    """The agent (installed by the agent role) syncs; the header file lets it reload the servers."""
+    """The agent (installed by the agent role) syncs; the header file lets it reload the servers, the limits
+    file lets it check the Neuron models against the image before it switches."""
     header = repository_header(cfg)
     if header and cfg.triton.model_control_mode == "explicit":
         ops.files.secret(name="Triton repository API header (root only)", path=hc.REPOSITORY_HEADER_FILE,
                          content=header)
+    limits = compat_text(cfg)
+    if limits is not None:
+        ops.files.managed(name="What the image's Neuron runtime loads (the agent's model check)",
+                          files={hc.MODEL_COMPAT_FILE: limits})
     ops.models.sync(name=f"Model repository from {cfg.models.s3_uri}",
                     command=sync_command(cfg, cfg.models.s3_verify))
     _verify_schedule(cfg)

@@ -4,15 +4,19 @@ instance type. Does nothing on non-Neuron hosts."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator, model_validator
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 
+from roles import context, platform
 from roles import operations as ops
-from roles import platform
 from roles.context import config_for
+from roles.facts.accelerators import NeuronState
 from roles.facts.system import KernelVersion
-from tritonfleet import compat
+from roles.operations.packages import matches
+from tritonfleet import compat, imagespec
 from tritonfleet.config import (
     MISSING,
     FieldProblem,
@@ -28,7 +32,7 @@ from tritonfleet.templating import render
 
 LEGACY_PACKAGES = ["aws-neuron-runtime", "aws-neuron-dkms", "aws-neuron-tools"]
 NEURON_BIN = "/opt/aws/neuron/bin"
-REPO_ID = "neuron"
+REPO_ID = imagespec.NEURON_REPO
 
 
 def _version(v: str | None) -> str | None:
@@ -135,8 +139,60 @@ def _checks(cfg: HostConfig) -> None:
                                            "(2.24 is the last driver that supports inf1)")
 
 
+def _pin_field(cfg: HostConfig) -> tuple[str, str]:
+    """The setting that chooses the host's driver pin, and its value."""
+    n: Settings = cfg.neuron
+    if n.dkms_version:
+        return "neuron_dkms_version", n.dkms_version
+    if cfg.instance.neuron_arch == "inf1":
+        return "neuron_inf1_dkms_pin", n.inf1_dkms_pin
+    return "neuron_sdk_release", n.sdk_release
+
+
+def kernel_gate(cfg: HostConfig, state: dict[str, Any], installs_driver: bool) -> tuple[compat.Finding, str, Any]:
+    """The kernel -> driver link of a Neuron host before a deploy changes it, with the field a refusal names.
+
+    The driver judged is the one the host will run: the neuron role's pin (:func:`dkms_pin`) where the deploy
+    installs it (``installs_driver``) and the host has another (DKMS builds it then; a known break of the running
+    kernel refuses it: field = the setting that chose the pin), else the installed one, with whether DKMS built it
+    for the running kernel (not built refuses it: field ``kernel``). ``state``: the NeuronState fact."""
+    kernel, installed = state.get("kernel"), state.get("driver_package")
+    subject = f"host {cfg.name}"
+    pin = dkms_pin(cfg)
+    if installs_driver and not matches([installed] if installed else [], pin):
+        field, value = _pin_field(cfg)
+        if not kernel:
+            return (compat.Finding(subject, compat.KERNEL_DRIVER, compat.WARN,
+                                   f"the running kernel is unknown, so whether {compat.DKMS} {pin} builds on it is "
+                                   "unknown", "check `uname -r` on the host"), field, value)
+        found = compat.check_kernel(kernel, pin, None, subject=subject)
+        line = found.line.replace(f"the host has {pin}", f"this deploy installs {pin}")
+        return compat.Finding(subject, found.link, found.verdict, line, found.fix), field, value
+    if not installed:
+        return (compat.Finding(subject, compat.KERNEL_DRIVER, compat.WARN,
+                               f"no {compat.DKMS} on the host, and this deploy installs none",
+                               "run deploys/neuron.py (or deploys/serve.py) first"), "kernel", kernel or MISSING)
+    if not kernel:
+        return (compat.Finding(subject, compat.KERNEL_DRIVER, compat.WARN, "the running kernel is unknown",
+                               "check `uname -r` on the host"), "kernel", MISSING)
+    return compat.check_kernel(kernel, installed, state.get("dkms_built"), subject=subject), "kernel", kernel
+
+
+def _host_checks(h, cfg: HostConfig) -> None:
+    """Refuse a Neuron host whose running kernel will not run the driver (:func:`kernel_gate`); a warning (a
+    version or kernel the table cannot judge) is printed, the deploy goes on."""
+    if not cfg.instance.is_neuron:
+        return
+    finding, field, value = kernel_gate(cfg, h.get_fact(NeuronState), context.installs_driver(h.state))
+    message = f"{finding.link}: {finding.line}" + (f": {finding.fix}" if finding.fix else "")
+    if finding.verdict == compat.FAIL:
+        raise FieldProblem(field, value, message)
+    if finding.verdict == compat.WARN:
+        logger.warning(f"{h.name}: compatibility warning: {message}")
+
+
 ROLE = Role("neuron", Settings, "Neuron repository, pinned driver and tools, legacy cleanup, device check",
-            checks=_checks, order=20)
+            checks=_checks, order=20, host_checks=_host_checks)
 
 
 @deploy("Neuron")

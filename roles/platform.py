@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from roles import operations as ops
 from roles.context import config_for
+from tritonfleet import imagespec
 from tritonfleet.config import checked
 from tritonfleet.platforms import Platform
 from tritonfleet.templating import render
@@ -78,4 +79,4 @@ def signed_repo(title: str, repo_id: str, *, key_url: str, fingerprint: str, apt
 def keyring_file_name(repo_id: str) -> str:
     """The key of ``repo_id`` as a file name for another apt (e.g. inside an image build): binary keyrings
     end in .gpg, armored ones in .asc (apt's signed-by reads both by extension)."""
-    return f"{repo_id}-archive-keyring." + ("gpg" if current().family == "apt" else "asc")
+    return imagespec.keyring_file_name(repo_id, current().family)

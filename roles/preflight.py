@@ -156,11 +156,15 @@ def _validate_all(state) -> dict[str, HostConfig]:
 
 
 @deploy("Preflight")
-def preflight(needs_accelerator: bool = True) -> None:
+def preflight(needs_accelerator: bool = True, installs_driver: bool = False) -> None:
     """Validate all hosts' data (OS, instance type, placement, versions, keys) before anything changes.
 
     ``needs_accelerator``: the deploy's roles serve Triton (every deploy but deploys/lb.py); a load balancer
-    without an accelerator (a general-purpose host of the lb group) is left out of such a deploy, said once."""
+    without an accelerator (a general-purpose host of the lb group) is left out of such a deploy, said once.
+    ``installs_driver``: the deploy runs the neuron role, which installs the pinned aws-neuronx-dkms (deploys/neuron.py,
+    deploys/serve.py): the Neuron kernel gate (roles/neuron.py) judges that driver where it is not the installed
+    one, else the installed one."""
+    context.set_installs_driver(host.state, installs_driver)
     configs = validate_all()
     if host.name not in configs and host.name in host.state.__dict__.get("_tritonfleet_lost_hosts", ()):
         # lost during preflight (said once, above): its deploy file ends here; pyinfra runs nothing on a

@@ -42,7 +42,7 @@ from roles.triton_image import (  # noqa: E402,F401
     python_requirements,
     serving_image,
 )
-from tritonfleet import compat, footprint
+from tritonfleet import compat, footprint, imagespec
 from tritonfleet import hostcontract as hc
 from tritonfleet.config import (
     DEFAULT_IMDS,
@@ -199,10 +199,7 @@ class Settings(RoleSettings):
 
 def container_runtime_version(cfg: HostConfig) -> str | None:
     """aws-neuronx-runtime-lib version inside the Triton image (data, or the SDK release's)."""
-    t: Settings = cfg.triton
-    if not cfg.instance.is_neuron or cfg.instance.runtime_in_framework:
-        return t.neuron_runtime_version
-    return t.neuron_runtime_version or cfg.neuron.versions().get(compat.RUNTIME_LIB)
+    return imagespec.runtime_version(cfg)
 
 
 def _checks(cfg: HostConfig) -> None:

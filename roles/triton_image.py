@@ -5,7 +5,6 @@ credential helper, build). :mod:`roles.triton` runs the containers on it and re-
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import posixpath
@@ -20,10 +19,12 @@ from roles import operations as ops
 from roles import platform
 from roles.facts.docker import NamedContainers
 from roles.neuron import REPO_ID as NEURON_REPO
-from tritonfleet import compat, pyreqs
 from tritonfleet import hostcontract as hc
+from tritonfleet import pyreqs
 from tritonfleet.config import FieldProblem, HostConfig
-from tritonfleet.templating import render
+
+# the image's name and Dockerfile are pure (tritonfleet compat computes them too): tritonfleet/imagespec.py
+from tritonfleet.imagespec import dockerfile, frameworks, image_ref, image_source  # noqa: F401
 
 ECR_REGISTRY = re.compile(r"^(\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?)/")
 
@@ -43,47 +44,6 @@ def python_requirements(cfg: HostConfig) -> pyreqs.Requirements:
         return pyreqs.load(value)
     except pyreqs.RequirementsError as exc:
         raise FieldProblem("triton_python_requirements", value, str(exc)) from None
-
-
-def frameworks(cfg: HostConfig) -> list[str]:
-    if cfg.triton.neuron_frameworks:
-        return list(cfg.triton.neuron_frameworks)
-    return list(compat.FRAMEWORK_PINS["inf1" if cfg.instance.runtime_in_framework else "neuronx"])
-
-
-def dockerfile(cfg: HostConfig, key_file: str = f"{NEURON_REPO}-archive-keyring.gpg") -> str:
-    versions = cfg.neuron.versions()
-    runtime_packages = []
-    if not cfg.instance.runtime_in_framework:
-        for pkg in (compat.RUNTIME_LIB, compat.COLLECTIVES):
-            if pkg in versions:
-                runtime_packages.append(f"{pkg}={compat.version_pin(versions[pkg])}")
-    return render(
-        "triton/Dockerfile.neuron.j2", base_image=cfg.triton.base_image, apt_url=cfg.neuron.apt_url,
-        runtime_packages=runtime_packages, pip_index=cfg.triton.neuron_pip_index, frameworks=frameworks(cfg),
-        # the label states what the image really installs (the release pin), never a data override
-        runtime_version=versions.get(compat.RUNTIME_LIB) if runtime_packages else None,
-        sdk_release=cfg.neuron.sdk_release, family=cfg.instance.neuron_arch or cfg.instance.family,
-        key_file=key_file, label=hc.LABEL_IMAGE_RUNTIME,
-    )
-
-
-def image_source(cfg: HostConfig) -> str:
-    """GPU hosts have nothing to build: "build" means pulling the NGC base image there."""
-    if cfg.triton.image_source == "build" and not cfg.instance.is_neuron:
-        return "pull"
-    return cfg.triton.image_source
-
-
-def image_ref(cfg: HostConfig, key_file: str = f"{NEURON_REPO}-archive-keyring.gpg") -> str:
-    """The base image: ``triton_image``, the NGC image on GPU hosts or the Neuron build's tag (the image the
-    containers run is :func:`serving_image`)."""
-    if cfg.triton.image:
-        return cfg.triton.image
-    if not cfg.instance.is_neuron:
-        return cfg.triton.base_image
-    digest = hashlib.sha256(dockerfile(cfg, key_file).encode()).hexdigest()[:16]
-    return f"tritonfleet/tritonserver-neuron:{digest}"
 
 
 def serving_image(cfg: HostConfig, base: str) -> str:

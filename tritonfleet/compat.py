@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import total_ordering
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "Version",
@@ -86,6 +86,8 @@ __all__ = [
     "parse_compat_id_error",
     "check_compat_id",
     "check_model",
+    "MODEL_LIMITS_FORMAT",
+    "model_limits",
     "check_framework",
     "ngc_release_of",
     "check_gpu",
@@ -953,9 +955,14 @@ def check_compat_id(runtime_id: int, driver: str, neuron_arch: str, *,
     return Finding(subject, DRIVER_RUNTIME, FAIL, line, fix)
 
 
-def _neff_supported(neff: str, row: ReleaseChain | None) -> tuple[bool, tuple[str, ...]]:
-    known = row.neff_versions if row is not None else tuple(sorted(
+def _neff_known(row: ReleaseChain | None) -> tuple[str, ...]:
+    """The NEFF versions the runtime of ``row`` loads; without a row, those of any release in the table."""
+    return row.neff_versions if row is not None else tuple(sorted(
         {n for r in CHAIN.values() for n in r.neff_versions}, key=parse_version))
+
+
+def _neff_supported(neff: str, row: ReleaseChain | None) -> tuple[bool, tuple[str, ...]]:
+    known = _neff_known(row)
     v = _v(neff)
     return v is not None and any(v == parse_version(n) for n in known), known
 
@@ -1034,6 +1041,61 @@ def check_model(model: str, info: ArtifactInfo, runtime: str | None, *, neuron_a
                          f"unknown; the image has {runtime}{neff_note}",
                    f"add its Neuron SDK release to tritonfleet/compat.py CHAIN, or recompile with the image's "
                    f"compiler{image_compiler}")
+
+
+#: The format of :func:`model_limits`' dict; the host agent refuses limits of another format.
+MODEL_LIMITS_FORMAT = 1
+
+
+def model_limits(runtime: str | None, neuron_arch: str | None = None) -> dict[str, Any]:
+    """:func:`check_model`'s decision for one image, as a JSON-able dict the host agent applies without the table.
+
+    ``runtime`` and ``neuron_arch`` are what :func:`check_model` would be given (the image's
+    ``aws-neuronx-runtime-lib``, None when unknown; the host's architecture). The agent
+    (``tritonfleet/agent/modelcheck.py``, which cannot import this module) reads each Neuron model's compiler and
+    NEFF versions from its artifacts before it switches ``current`` and judges them with this dict: the same
+    verdict, line and fix as :func:`check_model` (tests/unit/test_compat_limits.py holds the two equal). What
+    depends on the runtime is decided here; the agent only matches the artifact's versions::
+
+        {"format": 1, "runtime": "2.34.10.0", "neuron_arch": "inf2", "sdk_release": "2.32.0",
+         "runtime_known": true,                      # the runtime is a version (else neuronx-cc models warn)
+         "neff_versions": ["0.6", "1.0", "2.0"],     # NEFF versions it loads (any release's when not in the table)
+         "compiler_archs": {"neuron-cc": ["inf1"], "neuronx-cc": ["inf2", "trn1", "trn2"]},
+         "neuron_cc": {"inf1_support": false,        # the runtime loads Inf1 (neuron-cc) models
+                       "builds": [[1, 24]],          # neuron-cc builds (major.minor) of the table
+                       "newest": "1.24.0.0"},
+         "neuronx_cc": {"image_compiler": "2.27.5334.0",   # the compiler of the runtime's release, if known
+                        "releases": [                       # oldest first
+                          {"sdk": "2.21.0", "compiler": "2.16.345.0", "runtime": "2.23",
+                           "loads": true,                   # the runtime is at least the release's
+                           "newer": true}, ...]}}           # the runtime is newer than the release's
+
+    An unknown runtime (None, or not a version) gives ``runtime_known`` false and no release that ``loads``:
+    every neuronx-cc model is then a warning, as with :func:`check_model`; neuron-cc models on inf1 are judged
+    by their compiler, the runtime being the framework's.
+    """
+    r = _v(runtime)
+    r_row = chain_for_runtime(runtime) if runtime else None
+    rows = chain_releases()
+    inf1_removed = bool(runtime) and r is not None and at_least(r, INF1_RUNTIME_REMOVED)
+    builds = sorted({_package_key(NEURON_CC, row.compilers[NEURON_CC]) for row in rows})
+    return {
+        "format": MODEL_LIMITS_FORMAT,
+        "runtime": runtime,
+        "neuron_arch": neuron_arch,
+        "sdk_release": r_row.sdk if r_row else None,
+        "runtime_known": r is not None,
+        "neff_versions": list(_neff_known(r_row)),
+        "compiler_archs": {name: list(archs) for name, archs in sorted(COMPILER_ARCHS.items())},
+        "neuron_cc": {"inf1_support": not inf1_removed, "builds": [list(b) for b in builds],
+                      "newest": rows[-1].compilers[NEURON_CC]},
+        "neuronx_cc": {
+            "image_compiler": r_row.compilers[NEURONX_CC] if r_row else None,
+            "releases": [{"sdk": row.sdk, "compiler": row.compilers[NEURONX_CC], "runtime": _series_text(row.runtime),
+                          "loads": r is not None and r.series(2) >= _series(row.runtime),
+                          "newer": r is not None and r.series(2) > _series(row.runtime)} for row in rows],
+        },
+    }
 
 
 def _framework_part(package: str, version: str, runtime: str | None, r_row: ReleaseChain | None

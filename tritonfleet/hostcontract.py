@@ -39,6 +39,9 @@ AGENT = f"{AGENT_VENV}/bin/tritonfleet-agent"
 WHEELHOUSE_DIR = f"{OPT_DIR}/wheelhouse"
 #: The restricted-API header line ("name: value") the agent reloads models with; root-only (0600).
 REPOSITORY_HEADER_FILE = "/etc/tritonfleet/repository-header"
+#: What the Neuron image's runtime loads (``tritonfleet.compat.model_limits``, JSON, 0644): the agent checks each
+#: model of a version against it before it switches ``current`` (``tritonfleet-agent sync --compat``).
+MODEL_COMPAT_FILE = "/etc/tritonfleet/model-compat.json"
 #: With models from S3, Triton reads the version ``current`` points at (the models dir is mounted at /models).
 S3_REPOSITORY_IN_CONTAINER = "/models/current"
 
@@ -55,6 +58,9 @@ LABEL_ENDPOINT = LABEL_PREFIX + "endpoint"
 LABEL_SPEC = LABEL_PREFIX + "spec"
 #: Label a built Neuron image carries: the aws-neuronx-runtime-lib version it installs.
 LABEL_IMAGE_RUNTIME = LABEL_PREFIX + "neuron.runtime-lib"
+#: Label a built Neuron image carries: the framework and compiler pins it installs, ``name==version`` joined by
+#: commas (:func:`frameworks_label`, read back by :func:`parse_frameworks_label`).
+LABEL_IMAGE_FRAMEWORKS = LABEL_PREFIX + "neuron.frameworks"
 ROLE_TRITON = "triton"
 #: ``docker ps --filter`` value selecting tritonfleet's Triton containers.
 TRITON_FILTER = f"label={LABEL_ROLE}={ROLE_TRITON}"
@@ -159,6 +165,26 @@ def container_summary(c: dict[str, Any]) -> dict[str, Any]:
         "env": c["Config"].get("Env") or [],
         "labels": labels,
     }
+
+
+def frameworks_label(pins: list[str]) -> str:
+    """The :data:`LABEL_IMAGE_FRAMEWORKS` value of an image built with the pip requirements ``pins``
+    (``["torch-neuronx==2.9.0.2.15.32035", "neuronx-cc==2.27.5334.0"]``): the pins as they are, comma-joined."""
+    return ",".join(p.strip() for p in pins)
+
+
+def parse_frameworks_label(text: str | None) -> dict[str, str]:
+    """``{package: version}`` of a :data:`LABEL_IMAGE_FRAMEWORKS` value: names lowercased with ``_`` as ``-``
+    and extras dropped (``neuron-cc[tensorflow]==1.24.0.0`` -> ``neuron-cc``); entries without ``==`` are
+    left out. Empty for None or an empty label."""
+    out: dict[str, str] = {}
+    for entry in (text or "").split(","):
+        name, sep, version = entry.partition("==")
+        name = name.split("[", 1)[0].strip().lower().replace("_", "-")
+        version = version.split(";", 1)[0].strip()
+        if sep and name and version:
+            out[name] = version
+    return out
 
 
 def redact(values: list[str], secret: str | None) -> list[str]:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from pyinfra import host
+from pyinfra import logger as pyinfra_logger
 from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
 from pyinfra.api.arguments import ConnectorArguments
 from pyinfra.api.util import print_host_combined_output
@@ -26,11 +27,14 @@ BUILD_LOG = "build.log"
 class ExplainedCommand(FunctionCommand):
     """A shell command whose failure adds the lines ``explain`` finds in its output: it runs through the
     controller (the output never leaves the host otherwise), with the operation's connector arguments (sudo,
-    ...); each line is an ``ERROR:`` line on stderr, as :func:`roles.operations.common.fail` prints them."""
+    ...); each line is an ``ERROR:`` line on stderr, as :func:`roles.operations.common.fail` prints them.
+    ``warn``: the lines of its output shown as warnings (with the host's name) when it succeeds, which would
+    otherwise never be seen."""
 
-    def __init__(self, command: StringCommand, explain: Callable[[str], list[str]]) -> None:
+    def __init__(self, command: StringCommand, explain: Callable[[str], list[str]],
+                 warn: Callable[[str], list[str]] | None = None) -> None:
         super().__init__(self._run, (), {})
-        self.command, self.explain = command, explain
+        self.command, self.explain, self.warn = command, explain, warn
         self.connector_arguments = cast(ConnectorArguments, dict(command.connector_arguments))  # its stdin
 
     def __repr__(self) -> str:
@@ -42,6 +46,8 @@ class ExplainedCommand(FunctionCommand):
     def execute(self, state, host, connector_arguments: ConnectorArguments) -> bool:
         status, output = self.command.execute(state, host, cast(ConnectorArguments, dict(connector_arguments)))
         if status is not False:
+            for line in self.warn(output.output) if self.warn else ():
+                pyinfra_logger.warning(f"{host.print_prefix}{line}")
             return True
         if not state.print_output:
             print_host_combined_output(host, output)
@@ -51,9 +57,11 @@ class ExplainedCommand(FunctionCommand):
         return False
 
 
-def explained(command: StringCommand, explain: Callable[[str], list[str]]) -> ExplainedCommand:
-    """``command``, failing with the lines ``explain`` finds in its output besides its own."""
-    return ExplainedCommand(command, explain)
+def explained(command: StringCommand, explain: Callable[[str], list[str]],
+              warn: Callable[[str], list[str]] | None = None) -> ExplainedCommand:
+    """``command``, failing with the lines ``explain`` finds in its output besides its own (succeeding, with the
+    lines ``warn`` finds shown as warnings)."""
+    return ExplainedCommand(command, explain, warn)
 
 
 def pip_build_failure(output: str) -> list[str]:

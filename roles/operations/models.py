@@ -103,7 +103,9 @@ def sync(command: list[str]):
     Sync the model repository from S3 with the host agent (download, verify, switch ``current``, reload
     the servers it names), when its dry run says there is something to do: a change in S3 or a reload a
     killed run owes, or a file of the current version that is missing, resized or changed on disk (the
-    ``verify`` command hashes every file). A no-op run asks S3 for a listing only (no GET).
+    ``verify`` command hashes every file). A no-op run asks S3 for a listing only (no GET). The agent's
+    model check (``--compat``): a model the image cannot load fails the sync, one line per model; its
+    warnings (a model whose versions are unknown) are shown even when the sync succeeds.
 
     + command: the agent's ``sync`` command line, without --dry-run/--json
 
@@ -138,7 +140,16 @@ def sync(command: list[str]):
                  "reload %s)", host.name, plan.get("status"), plan.get("version"),
                  {k: len(v) for k, v in files.items() if isinstance(v, list)}, len(damaged), plan.get("reload"))
     # a python model that fails to load on a missing module: one line naming it and triton_python_requirements
-    yield explained(StringCommand(line), import_hints)
+    yield explained(StringCommand(line), import_hints, model_check_warnings)
+
+
+#: how the agent's model check starts a warning line (the model's name follows)
+MODEL_WARNING = "tritonfleet-agent: warning: model "
+
+
+def model_check_warnings(output: str) -> list[str]:
+    """The agent's model-check warnings in a sync's output (``tritonfleet-agent: warning: model <name>: ...``)."""
+    return [line.strip() for line in output.splitlines() if line.strip().startswith(MODEL_WARNING)]
 
 
 @operation()

@@ -6,6 +6,7 @@ import logging
 import shlex
 
 from pyinfra import host
+from pyinfra import logger as pyinfra_logger
 from pyinfra.api import operation
 
 from roles.facts.accelerators import NeuronState
@@ -22,10 +23,13 @@ logger = logging.getLogger(__name__)
 @operation()
 def neuron_compat_gate(image: str, runtime_from_data: str | None, neuron_arch: str | None = None):
     """
-    Refuse to start Triton when the image's Neuron runtime needs a newer driver than the host has.
+    Refuse to start Triton when the image's Neuron runtime and the host driver do not go together.
 
     Acts at execute time; changes nothing. The runtime version comes from the image label
-    ``com.tritonfleet.neuron.runtime-lib`` (data overrides when the image has no label).
+    ``com.tritonfleet.neuron.runtime-lib`` (data overrides when the image has no label). The rule is the chain's
+    driver -> runtime link (:func:`tritonfleet.compat.check_driver_runtime_finding`): a failure is its one line
+    and fix; what the table cannot judge (an unknown version, no runtime declared) is a warning, printed, and the
+    deploy goes on.
 
     + image: Triton image reference
     + runtime_from_data: aws-neuronx-runtime-lib version from host data, if any
@@ -49,15 +53,26 @@ def neuron_compat_gate(image: str, runtime_from_data: str | None, neuron_arch: s
     runtime = (info.get("labels") or {}).get(hc.LABEL_IMAGE_RUNTIME) or runtime_from_data
     driver = host.get_fact(NeuronState).get("driver_package")
     if not runtime:
-        host.noop("image declares no Neuron runtime version; gate skipped")
+        if neuron_arch == "inf1":  # the runtime ships inside torch-neuron: no runtime-lib to judge
+            host.noop("inf1: the image's Neuron runtime is inside its framework; gate skipped")
+            return
+        warning = (f"host {host.name}: {compat.DRIVER_RUNTIME}: image {image} declares no {compat.RUNTIME_LIB} "
+                   "version, so whether the host driver runs it is unknown: label the image "
+                   f"({hc.LABEL_IMAGE_RUNTIME}) or set triton_neuron_runtime_version")
+        pyinfra_logger.warning(warning)
+        host.noop("image declares no Neuron runtime version; gate skipped (warned)")
         return
     if not driver:
         yield fail("no aws-neuronx-dkms on the host: run deploys/neuron.py (the driver goes on the host)")
         return
-    try:
-        compat.check_driver_runtime(driver, runtime, neuron_arch=neuron_arch)
-    except compat.CompatibilityError as exc:
-        yield fail(str(exc))
+    finding = compat.check_driver_runtime_finding(driver, runtime, neuron_arch, subject=f"host {host.name}")
+    if finding.verdict == compat.FAIL:
+        yield fail(str(finding))
+        return
+    if finding.verdict == compat.WARN:
+        pyinfra_logger.warning(f"{host.name}: compatibility warning: {finding.link}: {finding.line}"
+                               + (f": {finding.fix}" if finding.fix else ""))
+        host.noop(f"runtime {runtime} with driver {driver}: {finding.line} (warned)")
         return
     host.noop(f"runtime {runtime} works with driver {driver}")
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
 from tests.e2e.helpers import (
+    ROOT,
     assert_noop,
     dpkg_version,
     path_exists,
@@ -82,6 +84,50 @@ def test_docker_daemon_config(provisioned):
     assert daemon["live-restore"] is True and daemon["log-opts"]["max-file"] == "5"
     assert ssh("inf2", "systemctl is-active docker").stdout.strip() == "active"
     assert "unlimited" in ssh("inf2", "cat /etc/security/limits.d/90-tritonfleet-memlock.conf").stdout
+
+
+HARDWARE = "/etc/tritonfleet-sandbox/hardware.json"
+DKMS_HOOK = "/etc/kernel/header_postinst.d/aws-neuronx-dkms-sandbox"
+
+
+def _dkms_build_fails(name: str, why: str | None) -> None:
+    """Play (or stop playing) a kernel the host's driver does not build on, and rebuild as a kernel upgrade does."""
+    hw = json.loads(ssh(name, f"cat {HARDWARE}").stdout)
+    hw.pop("dkms_build_fails", None)
+    if why:
+        hw["dkms_build_fails"] = why
+    ssh(name, f"cat > {HARDWARE}", input=json.dumps(hw))
+    ssh(name, f"{DKMS_HOOK} \"$(uname -r)\"")
+
+
+def test_a_kernel_the_driver_is_not_built_for_is_reported_with_the_fix_and_refused(provisioned, tmp_path):
+    """Issue 26: after a kernel change DKMS did not build the installed driver for (the stand-in DKMS plays the
+    build failure), `tritonfleet compat` reports the kernel -> driver link failed with its fix, and a deploy
+    refuses the host in preflight, before anything changes; once the module builds again both pass."""
+    name, kernel = "trn1", os.uname().release
+    inv = write_inventory(tmp_path, [name])
+    compat = [str(ROOT / ".venv/bin/tritonfleet"), "compat", "--inventory", str(inv), "--json"]
+    _dkms_build_fails(name, "e2e: a kernel this driver does not build on")
+    try:
+        assert ssh(name, "ls /dev | grep -c -E '^neuron[0-9]+$' || true").stdout.strip() == "0"
+        out = subprocess.run(compat, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1, out.stdout + out.stderr
+        (found,) = [f for f in json.loads(out.stdout)["findings"] if f["link"] == "kernel→driver"]
+        assert found["verdict"] == "fail" and found["host"] == name and name in found["subject"]
+        assert found["line"] == f"aws-neuronx-dkms 2.30.2.0 is not built for kernel {kernel}"
+        assert found["fix"] == "install the kernel headers (linux-headers-$(uname -r)) and reinstall aws-neuronx-dkms"
+        before = ssh(name, "ls -l --time-style=+%s /etc/apt/sources.list.d /etc/docker").stdout
+        run = pyinfra(inv, "deploys/serve.py")
+        assert run.returncode != 0
+        assert "preflight failed, nothing was changed" in run.output, run.output[-3000:]
+        assert f"is not built for kernel {kernel}" in run.output and "reinstall aws-neuronx-dkms" in run.output
+        assert "Starting operation" not in run.output
+        assert ssh(name, "ls -l --time-style=+%s /etc/apt/sources.list.d /etc/docker").stdout == before
+    finally:
+        _dkms_build_fails(name, None)
+    out = subprocess.run(compat, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    (found,) = [f for f in json.loads(out.stdout)["findings"] if f["link"] == "kernel→driver"]
+    assert found["verdict"] == "ok", found
 
 
 def test_wrong_key_fingerprint_fails_before_anything_is_installed(sandbox, fresh, tmp_path):

@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 
 from tests.e2e.helpers import assert_noop, host_ip, killed_first_run, pyinfra, ssh, write_inventory
 from tests.faults import Hang
-from tritonfleet.sandbox import fleet
+from tritonfleet.sandbox import fleet, neffgen
 from tritonfleet.sandbox.layout import BRIDGE_IP, logs_dir
 
 HOST = "scratch"
@@ -38,11 +38,11 @@ def _model(name: str, code: str = ADD_SUB) -> dict[str, str]:
     return {f"{name}/config.pbtxt": config, f"{name}/1/model.py": code}
 
 
-def _set(s3, prefix: str, tree: dict[str, str]) -> None:
+def _set(s3, prefix: str, tree: dict[str, str | bytes]) -> None:
     """Make the prefix hold exactly ``tree`` (puts what differs, deletes the rest)."""
     have = {o["Key"][len(prefix):]: o for o in s3.list_objects_v2(Bucket=fleet.S3_BUCKET, Prefix=prefix).get("Contents", [])}
     for path, text in tree.items():
-        s3.put_object(Bucket=fleet.S3_BUCKET, Key=prefix + path, Body=text.encode())
+        s3.put_object(Bucket=fleet.S3_BUCKET, Key=prefix + path, Body=text if isinstance(text, bytes) else text.encode())
     for path in set(have) - set(tree):
         s3.delete_object(Bucket=fleet.S3_BUCKET, Key=prefix + path)
 
@@ -182,6 +182,30 @@ def test_a_broken_model_fails_the_run_with_tritons_reason_and_the_previous_versi
     assert _infer(client, "add_sub") == 103.0 and client.is_model_ready("arriving")
     assert ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip() == current
     assert _container() == before
+
+
+def test_a_model_compiled_for_a_newer_runtime_is_refused_before_the_switch_and_the_old_version_serves(live):
+    """Issue 26: a model whose NEFF was compiled by a neuronx-cc newer than the image's runtime loads (the sandbox
+    image declares runtime-lib 2.34.10.0, Neuron SDK 2.32.0, whose compiler is 2.27.5334.0) is refused by the
+    agent before it switches: one line naming the model and the fix, `current` unchanged, v1 answering."""
+    s3, prefix, inv = live
+    current = ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip()
+    client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000")
+    served = {m["name"] for m in client.get_model_repository_index() if m.get("state") == "READY"}
+    newer = neffgen.neff_bytes("2.28.1000.0", "2.0")  # a compiler of a release after 2.32.0
+    # what the host serves (the live update's v2; the broken model before this was refused) and bert
+    _set(s3, prefix, {**_model("add_sub", V2), **_model("steady"), **_model("arriving"), **_model("bert"),
+                      "bert/1/model.neff": newer})
+    run = pyinfra(inv, "deploys/models.py")
+    assert run.returncode != 0
+    line = ("model bert: compiled by neuronx-cc 2.28.1000.0 (NEFF 2.0), newer than neuronx-cc 2.27.5334.0 of Neuron "
+            "SDK 2.32.0, needs a runtime newer than 2.34; the image has 2.34.10.0: set neuron_sdk_release to a "
+            "release after 2.32.0, or recompile with the image's compiler (neuronx-cc 2.27.5334.0)")
+    assert line in run.output, run.output[-3000:]
+    assert ssh(HOST, "readlink /opt/tritonfleet/models/current").stdout.strip() == current
+    assert not client.is_model_ready("bert")
+    assert {m["name"] for m in client.get_model_repository_index() if m.get("state") == "READY"} == served
+    assert _infer(client, "add_sub") == 103.0
 
 
 def test_an_s3_that_hangs_fails_the_run_in_bounded_time_and_the_next_run_is_not_held_up(live, tmp_path):

@@ -29,16 +29,22 @@ PLATFORMS = list(OS_RELEASE)
 KERNEL = {"al2023": "6.1.115-126.197.amzn2023.x86_64"}
 
 
-def neuron_state(devices: int, driver: str | None) -> list[str]:
-    """Output of the NeuronState fact on a host with ``devices`` Neuron devices and ``driver`` installed."""
+def neuron_state(devices: int, driver: str | None, kernel: str = "6.8.0-1015-aws",
+                 built_for: str | None = None) -> list[str]:
+    """Output of the NeuronState fact on a host with ``devices`` Neuron devices and ``driver`` installed, running
+    ``kernel``; DKMS built the driver for ``built_for`` (default: the running kernel)."""
+    built = [f"aws-neuronx/{driver}, {built_for or kernel}, x86_64: installed"] if driver else []
     return (["@devices"] + [f"neuron{i}" for i in range(devices)] + ["@pkg"] + ([driver] if driver else [])
-            + ["@module", "yes", "@loaded", "@headers", "yes", "@neuronls"])
+            + ["@module", "yes", "@loaded", "@headers", "yes", "@kernel", kernel, "@dkms", "(dkms)", *built,
+               "@modfile", "@neuronls"])
 
 
 def healthy(itype: str, os_key: str, *, installed: dict[str, str] | None = None, devices: int | None = None,
-            driver: str | None = None, ready: bool = True) -> dict:
+            driver: str | None = None, ready: bool = True, kernel: str | None = None,
+            built_for: str | None = None) -> dict:
     """``fake_responses`` of a healthy host of type ``itype`` running ``os_key``: the OS, the kernel, the
-    devices the instance type has (after the driver install) and a driver that satisfies the default pin.
+    devices the instance type has (after the driver install) and a driver that satisfies the default pin, built
+    by DKMS for the running kernel (``kernel``: another one; ``built_for``: the kernel DKMS built it for).
     ``installed`` adds packages (name -> version) to the package fact."""
     name, version, codename, os_id = OS_RELEASE[os_key]
     it = catalog.get(itype)
@@ -47,11 +53,12 @@ def healthy(itype: str, os_key: str, *, installed: dict[str, str] | None = None,
     if driver is None:
         driver = "2.24.13.0" if it.runtime_in_framework else compat.NEURON_RELEASES[compat.DEFAULT_SDK_RELEASE][compat.DKMS]
     count = it.device_count if devices is None else devices
+    kernel = kernel or KERNEL.get(os_key, "6.8.0-1015-aws")
     return {
-        "@devices": neuron_state(count, driver) if it.is_neuron else [],
+        "@devices": neuron_state(count, driver, kernel, built_for) if it.is_neuron else [],
         "nvidia-smi --query-gpu": ["NVIDIA A10G, 23028 MiB, 550.90.07"] * (count if it.is_gpu else 0),
         "-release": release,
-        "uname -r": KERNEL.get(os_key, "6.8.0-1015-aws"),
+        "uname -r": kernel,
         "${db:Status-Abbrev}": [f"{n} {v}" for n, v in (installed or {}).items()],
         re.compile(r"/v2/health/ready"): "yes" if ready else "",
     }
@@ -69,9 +76,17 @@ class Recorder:
 
 
 def run_deploys(deploys, data: dict, os_key: str, monkeypatch, *, expect_failures: tuple[str, ...] = (),
-                responses: dict | None = None, groups: tuple[str, ...] = (), **health) -> Recorder:
+                responses: dict | None = None, groups: tuple[str, ...] = (), installs_driver: bool | None = None,
+                **health) -> Recorder:
     """Preflight plus ``deploys`` (one deploy function or a list) on one @fake host (in ``groups``; a host of
-    the lb group runs them the way deploys/lb.py and deploys/monitoring.py do: without an accelerator)."""
+    the lb group runs them the way deploys/lb.py and deploys/monitoring.py do: without an accelerator).
+    ``installs_driver``: preflight's (None: whether ``deploys`` has the neuron role, as deploys/serve.py and
+    deploys/neuron.py say)."""
+    from roles.neuron import neuron
+
+    deploys = list(deploys) if isinstance(deploys, (list, tuple)) else [deploys]
+    if installs_driver is None:
+        installs_driver = neuron in deploys
     rec = Recorder()
     orig_run = FakeConnector.run_shell_command
     orig_put = FakeConnector.put_file
@@ -98,8 +113,8 @@ def run_deploys(deploys, data: dict, os_key: str, monkeypatch, *, expect_failure
     inventory = Inventory((["@fake/h1"], host_data), **{g: (["@fake/h1"], {}) for g in groups})
     state = State(inventory=inventory, config=Config())
     connect_all(state)
-    add_deploy(state, preflight, needs_accelerator="lb" not in groups)
-    for fn in deploys if isinstance(deploys, (list, tuple)) else [deploys]:
+    add_deploy(state, preflight, needs_accelerator="lb" not in groups, installs_driver=installs_driver)
+    for fn in deploys:
         add_deploy(state, fn)
     run_ops(state)
     disconnect_all(state)

@@ -86,7 +86,8 @@ def test_with_s3_the_agent_is_told_each_servers_capacity_and_models(monkeypatch)
     assert args[args.index("--server-models"):] == [
         "--server-models", "bert=bert_base", "--header-file", "/etc/tritonfleet/repository-header",
         "--host-name", "@fake/h1", "--accelerator", "neuron", "--memory-headroom", "15",
-        "--server-capacity", "bert=2x32768", "--server-capacity", "rest=10x32768"]
+        "--server-capacity", "bert=2x32768", "--server-capacity", "rest=10x32768",
+        "--compat", "/etc/tritonfleet/model-compat.json"]  # (the model check: tests/fake/test_models_role.py)
     # the dry run that decides whether to sync is the same command line: the agent parses it the same way
     dry = [c for c in rec.commands if "tritonfleet-agent sync" in c and "--dry-run" in c]
     assert dry and all("--server-capacity bert=2x32768 --server-capacity rest=10x32768" in c for c in dry)

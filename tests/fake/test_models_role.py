@@ -4,14 +4,21 @@ the preflight checks of the host Python and of data that would be ignored."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import shlex
+
 import pytest
 
 from roles.agent import agent
-from roles.models import models
+from roles.models import compat_text, models
 from roles.preflight import PreflightError
 from tests.fake.fakehost import PLATFORMS, run_deploys
 from tests.fake.test_roles import DATA, SECRET, SERVE_DEPLOY
+from tests.hostconfigs import host_config
 from tritonfleet import wheelhouse
+from tritonfleet.compat import model_limits
 
 S3 = {**DATA, "instance_type": "inf2.xlarge", "models_s3_uri": "s3://models-bucket/prod",
       "models_s3_region": "eu-west-1"}
@@ -32,6 +39,15 @@ def sync_lines(rec) -> list[str]:
     return [c for c in rec.commands if "tritonfleet-agent sync" in c and "--dry-run" not in c]
 
 
+LIMITS = "/etc/tritonfleet/model-compat.json"
+
+
+def limits_written(cfg) -> dict:
+    """The FileDigests answer of a host whose limits file already holds what the role would write."""
+    digest = hashlib.sha256(compat_text(cfg).encode()).hexdigest()
+    return {re.compile(rf"^for f in {re.escape(LIMITS)};"): [f"{digest} 644 {LIMITS}"]}
+
+
 @pytest.mark.parametrize("os_key", PLATFORMS)
 def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(monkeypatch, os_key, small_wheelhouse):
     rec = run_deploys(SERVE_DEPLOY, S3, os_key, monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
@@ -47,7 +63,10 @@ def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(mon
                     "--read-timeout 30 --deadline 1800 --lock-wait 60 --region eu-west-1 "
                     "--server triton=grpc://127.0.0.1:8001 --header-file /etc/tritonfleet/repository-header "
                     # the memory check before the switch: inf2.xlarge's one device of 32 GiB, 10% kept free
-                    "--host-name @fake/h1 --accelerator neuron --memory-headroom 10 --server-capacity triton=1x32768")
+                    "--host-name @fake/h1 --accelerator neuron --memory-headroom 10 --server-capacity triton=1x32768 "
+                    # the model check before the switch: what the image's Neuron runtime loads
+                    "--compat /etc/tritonfleet/model-compat.json")
+    assert json.loads(rec.uploads["/etc/tritonfleet/model-compat.json"]) == model_limits("2.34.10.0", "inf2")
     header = [c for c in rec.commands if "secret-file.sh" in c]
     assert len(header) == 1 and header[0].endswith("/etc/tritonfleet/repository-header")
     assert not any(SECRET in c and "tritonserver" not in c for c in rec.commands)  # stdin only
@@ -57,7 +76,8 @@ def test_serve_with_s3_installs_the_agent_syncs_and_points_triton_at_current(mon
 
 
 def test_an_installed_agent_is_not_reinstalled_or_uploaded_again(monkeypatch):
-    rec = run_deploys([agent, models], S3, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "d" * 64]})
+    rec = run_deploys([agent, models], S3, "debian12", monkeypatch, responses={
+        AGENT_PYTHON: ["3.11", "x86_64", "d" * 64], **limits_written(host_config(S3))})
     assert not rec.uploads and not any("agent-install.sh" in c for c in rec.commands)
 
 
@@ -147,3 +167,79 @@ def test_a_verify_schedule_that_is_no_calendar_is_refused_in_preflight(monkeypat
     with pytest.raises(PreflightError, match=r"@fake/h1: models_s3_verify_schedule .*expected a systemd calendar"):
         run_deploys([agent, models], {**S3, "models_s3_verify_schedule": value}, "debian12", monkeypatch,
                     responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
+
+
+# --- the model check: what the image's Neuron runtime loads, checked by the agent before it switches -----------
+
+
+@pytest.mark.parametrize("data,runtime,arch", [
+    ({}, "2.34.10.0", "inf2"),  # the default Neuron SDK release's runtime
+    ({"instance_type": "trn1.2xlarge", "neuron_sdk_release": "2.31.0"}, "2.33", "trn1"),
+    ({"triton_neuron_runtime_version": "2.33.10.0"}, "2.33.10.0", "inf2"),  # the image's runtime, declared
+    ({"instance_type": "inf1.xlarge"}, None, "inf1"),  # the runtime is inside the framework: unknown
+])
+def test_a_neuron_host_gets_the_limits_of_its_image_and_the_agent_checks_against_them(monkeypatch, data, runtime,
+                                                                                        arch):
+    data = {**S3, **data, "models_s3_verify_schedule": "weekly"}
+    rec = run_deploys([agent, models], data, "debian12", monkeypatch,
+                      responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
+    written = json.loads(rec.uploads[LIMITS])
+    assert written == model_limits(runtime, arch) and written["runtime"] == runtime
+    assert written["runtime_known"] is (runtime is not None)  # unknown: every neuronx-cc model is a warning
+    assert any(c == f"chmod 644 {LIMITS}" for c in rec.commands)
+    # written before the sync that reads it; the sync, its dry run and the scheduled verify all pass it
+    (sync,) = sync_lines(rec)
+    assert shlex.split(sync)[-2:] == ["--compat", LIMITS]
+    assert rec.commands.index(f"chmod 644 {LIMITS}") < rec.commands.index(sync)
+    dry = [c for c in rec.commands if "tritonfleet-agent sync" in c and "--dry-run" in c]
+    assert dry and all(f"--compat {LIMITS} --dry-run" in c for c in dry)
+    service = rec.uploads["/etc/systemd/system/tritonfleet-models-verify.service"]
+    assert f"--compat {LIMITS}" in service
+
+
+def test_an_up_to_date_limits_file_is_not_written_again(monkeypatch):
+    rec = run_deploys([agent, models], S3, "debian12", monkeypatch, responses={
+        AGENT_PYTHON: ["3.11", "x86_64", "none"], **limits_written(host_config(S3))})
+    assert LIMITS not in rec.uploads and f"--compat {LIMITS}" in sync_lines(rec)[0]
+
+
+def test_a_gpu_host_has_no_neuron_model_check(monkeypatch):
+    data = {**S3, "instance_type": "g5.xlarge", "nvidia_key_fingerprint": "A" * 40}
+    rec = run_deploys([agent, models], data, "debian12", monkeypatch,
+                      responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
+    (sync,) = sync_lines(rec)
+    assert "--compat" not in sync and LIMITS not in rec.uploads and not any(LIMITS in c for c in rec.commands)
+
+
+def test_the_model_checks_warnings_are_shown_when_the_sync_succeeds(caplog):
+    """Without this the agent's warnings of a sync that succeeded would never reach the deploy's output."""
+    from types import SimpleNamespace
+
+    from pyinfra.connectors.util import CommandOutput, OutputLine
+
+    from roles.operations.docker import explained
+    from roles.operations.models import model_check_warnings
+
+    warning = ("tritonfleet-agent: warning: model odd: no compiler version found (nothing read from truncated NEFF "
+               "header (10 of 1024 bytes), unknown): recompile with the image's compiler, or keep the compiler "
+               "version with the model")
+    output = CommandOutput([OutputLine("stderr", warning), OutputLine("stderr", "tritonfleet-agent: warning: other"),
+                            OutputLine("stdout", "synced 000002-20261126T000000Z: 1 added, ...")])
+    status = [True]
+
+    class Ran:
+        connector_arguments: dict = {}
+
+        def execute(self, state, host, arguments):
+            return status[0], output
+
+    host = SimpleNamespace(print_prefix="[inf2-a] ", run_shell_command=lambda *a, **k: None)
+    command = explained(Ran(), lambda text: [], model_check_warnings)
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        assert command.execute(SimpleNamespace(print_output=True), host, {}) is True
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [f"[inf2-a] {warning}"]
+    caplog.clear()
+    status[0] = False  # failed: the output is printed with the errors, the warnings are not repeated
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        assert command.execute(SimpleNamespace(print_output=True), host, {}) is False
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

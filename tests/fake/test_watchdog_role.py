@@ -43,7 +43,7 @@ def changing(rec) -> list[str]:
     """The commands that change the host: everything but the facts' reads."""
     reads = ("cd /etc/ && for file in", "for f in ", "systemctl show ", "command -v ", "! (test -e ", "uname",
              "cat ", "! test -d ", "if command -v dpkg-query", "ls /dev/neuron", "lsmod", "test -d ",
-             'if [ -n "$TMPDIR" ]')
+             'if [ -n "$TMPDIR" ]', "echo '@devices'")
     return [c for c in rec.commands if not c.lstrip().startswith(reads) and "sys.version_info" not in c]
 
 

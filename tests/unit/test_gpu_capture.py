@@ -77,7 +77,7 @@ def shape(value: str) -> str:
 def test_the_fact_parses_the_real_output():
     fact = NvidiaSmi()
     parsed = fact.process(REAL["fact"]["stdout"].splitlines())
-    assert parsed == {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04"], "error": None}
+    assert parsed == {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04"], "error": None, "driver": "580.159.04"}
     assert REAL["fact"]["rc"] == 0
 
 

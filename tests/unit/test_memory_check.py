@@ -147,7 +147,7 @@ def test_the_sync_tells_the_agent_each_servers_capacity():
     cmd = sync_command(c)
     assert cmd[cmd.index("--server-models"):cmd.index("--header-file")] == [
         "--server-models", "bert=bert_base,bert_large", "--server-models", "resnet=resnet50"]
-    assert cmd[cmd.index("--host-name"):] == memory_args(c)
+    assert cmd[cmd.index("--host-name"):] == [*memory_args(c), "--compat", "/etc/tritonfleet/model-compat.json"]
     # GPUs, another headroom, poll mode (no --server: the servers load the new version by themselves)
     g5 = host_config({**DATA, "instance_type": "g5.12xlarge", "nvidia_key_fingerprint": "A" * 40,
                       "models_s3_uri": "s3://bucket/repo", "triton_servers": [{"gpus": [0]}, {"gpus": [1, 2, 3]}],

@@ -229,6 +229,10 @@ def test_a_kernel_the_driver_does_not_build_on_leaves_no_module_and_no_devices(t
     host.set_hardware(INF2)  # a kernel it builds on again
     host.run("/etc/kernel/header_postinst.d/aws-neuronx-dkms-sandbox", KERNEL)
     assert module.is_file() and len(host.nodes("neuron")) == 6
+    # a module that builds but does not load (driver_creates_devices: false) is still built: no devices only
+    host.set_hardware({**INF2, "driver_creates_devices": False})
+    host.run("/etc/kernel/header_postinst.d/aws-neuronx-dkms-sandbox", KERNEL)
+    assert module.is_file() and host.nodes("neuron") == {}
 
 
 def test_neuron_driver_lifecycle_and_tools(tmp_path: Path, debs: dict[str, Path]) -> None:

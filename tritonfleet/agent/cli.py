@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
 
-from . import memory
+from . import memory, modelcheck
 from .layout import LOCK_WAIT
 from .remote import CONNECT_TIMEOUT, DEADLINE, READ_TIMEOUT
 from .sync import Options, Progress, Result, parse_source, run
@@ -145,6 +145,15 @@ def memory_plan(args: argparse.Namespace, parser: argparse.ArgumentParser,
         return None
     return memory.MemoryPlan(args.host_name or socket.gethostname(), tuple(servers.values()), args.accelerator,
                              args.memory_headroom)
+
+
+def loaded_models(args: argparse.Namespace, models: dict[str, frozenset[str]]) -> frozenset[str] | None:
+    """The models this host's servers load: those of their ``--server-models`` when each ``--server`` has one;
+    None (every model) otherwise, or without servers (poll mode loads every model)."""
+    names = [name for name, _ in args.server]
+    if not names or any(name not in models for name in names):
+        return None
+    return frozenset().union(*(models[name] for name in names))
 
 
 def _add_server_models(p: argparse.ArgumentParser) -> None:
@@ -282,6 +291,11 @@ def _sync_arguments(sync: argparse.ArgumentParser) -> None:
     sync.add_argument("--header-file", metavar="FILE",
                       help="the restricted-API header for the servers, one line 'name: value' (mode 0600)")
     _add_memory(sync)
+    sync.add_argument("--compat", metavar="FILE",
+                      help="the image's model limits (JSON, written by the models role from tritonfleet/compat.py): "
+                           "before current is switched to a new version, the compiler and NEFF versions of each "
+                           "Neuron model are checked against them; a model the image cannot load fails the sync "
+                           "(current keeps serving), an unknown version is a warning")
     sync.add_argument("--timeout", type=_whole(1, 3600), default=180, metavar="S",
                       help="seconds to wait for a server to be ready, and for each model load (default 180)")
     sync.add_argument("--connect-timeout", type=_seconds_in(0.1, 300), default=CONNECT_TIMEOUT, metavar="S",
@@ -459,6 +473,12 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     live = None
     models = server_models(args, parser)
     opts.memory = memory_plan(args, parser, models)
+    if args.compat:
+        try:
+            opts.compat = modelcheck.load_limits(args.compat)
+        except modelcheck.LimitsError as exc:
+            parser.error(f"--compat {args.compat}: {exc}")
+        opts.compat_models = loaded_models(args, models)
     if args.server:
         from .live import Live, Server, read_header
         from .manifest import SyncError
@@ -483,7 +503,8 @@ def _sync(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     elif result.status != "failed":
         print(summary(result))
     if result.status == "failed":
-        print(f"{PROG}: error: {result.error}", file=sys.stderr)
+        for line in (result.compat or {}).get("refused") or [result.error]:  # a refusal: one line per model
+            print(f"{PROG}: error: {line}", file=sys.stderr)
         return 1
     return 0
 

@@ -43,6 +43,12 @@ How a sync runs:
    sync with one line naming the host, the server, its biggest models, need and capacity; nothing is
    switched and ``current`` keeps serving. The refused tree stays a staging dir (the next run links its
    files instead of downloading them again); a kept version that is refused stays as it is.
+   With ``--compat FILE`` (the model check, ``modelcheck.py``), before the memory check every model of the
+   version to switch to that this host's servers load (``--server-models``; else every model) is read: the
+   compiler and NEFF versions of its Neuron artifacts, judged against the image's limits in FILE (written by
+   the models role from ``tritonfleet/compat.py``). A model the image cannot load fails the sync in the same
+   way, one error line per such model naming it, what it needs and what to do; a model whose versions are
+   unknown is a warning and the switch goes on; a model without Neuron artifacts is not judged.
 5. Prune: keep ``--keep`` versions, the current one included; older ones are renamed away, then deleted.
    With ``--keep 1`` the previous version goes right after the switch, maybe while Triton still reads
    it: keep 2 or more.
@@ -66,6 +72,8 @@ Options:
   --no-fsync                     skip the fsyncs (faster; after a power cut ``current`` may then show
                                  files whose data never reached the disk)
   --json                         one JSON object on stdout instead of the summary line
+  --compat FILE                  the image's model limits (JSON, tritonfleet.compat.model_limits): the
+                                 model check before a switch
   --server-capacity NAME=DEVICESxMIB
                                  server NAME's devices and the MiB each holds: the memory check before a
                                  switch (repeatable; --server-models NAME=... says what it loads, else every
@@ -85,7 +93,10 @@ Output: on a terminal a progress line on stderr, then one summary line on stdout
 ``version``, ``previous``, ``files`` (paths ``added``/``changed``/``removed``), ``unchanged`` (a count),
 ``models`` (the top-level directories ``added``/``changed``/``removed``: what a reload has to load,
 reload or unload), ``downloaded``, ``bytes``, ``linked``, ``resumed``, ``retries``, ``unverified``,
-``pruned``, ``requests`` (S3 requests sent, by operation), ``seconds``, ``warnings``, ``error``.
+``pruned``, ``requests`` (S3 requests sent, by operation), ``seconds``, ``warnings``, ``error``, and with
+``--compat`` ``compat`` (null when no version was checked): ``runtime``, ``neuron_arch``, ``verdict`` (the
+worst), ``models`` (one object per model with Neuron artifacts: ``model``, ``verdict``, ``line``, ``fix``,
+``artifact``) and ``refused`` (the error lines of a refusal).
 
 Exit codes: 0 synced or nothing to do, 1 the sync failed (nothing was switched), 2 bad arguments. Errors
 are one line on stderr.
@@ -115,6 +126,7 @@ from .integrity import Damage, Stamps, check, reusable
 from .layout import LOCK_WAIT, Repo, Staging
 from .manifest import Entry, SyncError, diff, model_changes
 from .memory import MemoryPlan, MemoryPlanError
+from .modelcheck import FAIL, WARN, Limits, check_staged, worst
 from .remote import CONNECT_TIMEOUT, DEADLINE, HARD_STOP, READ_TIMEOUT, Phase, Remote, describe, make_client
 
 if TYPE_CHECKING:  # the live reload is imported by the command line only when servers are given
@@ -158,6 +170,8 @@ class Options:
     hard_stop: bool = False  # exit the process when the deadline's alarm could not stop the S3 part (the CLI)
     verify: bool = False  # hash every file of the current version (else only those whose inode changed)
     memory: MemoryPlan | None = None  # each server's models fit its devices before a switch (memory.py)
+    compat: Limits | None = None  # the image loads each Neuron model, checked before a switch (modelcheck.py)
+    compat_models: frozenset[str] | None = None  # the models the model check judges (None: every model)
 
     @property
     def source(self) -> str:
@@ -184,6 +198,7 @@ class Result:
     damaged: dict[str, str] = field(default_factory=dict)  # path -> what is wrong, in the current version
     repaired: dict[str, str] = field(default_factory=dict)  # of those, put right in the new current version
     hashed: int = 0  # files of the current version hashed by the check
+    compat: dict | None = None  # with --compat: the model check of the version switched to (or refused)
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
@@ -269,6 +284,7 @@ def _sync(opts: Options, remote: Remote, progress: Progress, result: Result, liv
             else:
                 twin = _older_twin(repo, current, new, stamps)
                 if twin:
+                    _check_compat(opts, repo.path(twin), current, result)
                     _check_memory(opts, repo.path(twin), current)
                     result.status, result.version = "switched", twin
                 else:
@@ -315,6 +331,24 @@ def _check_memory(opts: Options, tree: str, current: str | None) -> None:
     except MemoryPlanError as exc:
         keeps = f"current keeps serving {current}" if current else "there is no current version yet"
         raise SyncError(f"{exc}; refused before the switch: {keeps}") from None
+
+
+def _check_compat(opts: Options, tree: str, current: str | None, result: Result) -> None:
+    """The image loads every Neuron model in ``tree`` (the version to switch to) that this host's servers load
+    (``--compat``): the lines go to ``result.compat``, warnings to ``result.warnings``; a model it cannot load
+    fails the sync before the switch, one line per such model, and ``current`` keeps serving."""
+    limits = opts.compat
+    if limits is None:
+        return
+    lines = check_staged(tree, opts.compat_models, limits)
+    result.compat = {"runtime": limits.runtime, "neuron_arch": limits.neuron_arch, "verdict": worst(lines),
+                     "models": [asdict(line) for line in lines], "refused": []}
+    result.warnings += [str(line) for line in lines if line.verdict == WARN]
+    failed = [line for line in lines if line.verdict == FAIL]
+    if failed:
+        keeps = f"current keeps serving {current}" if current else "there is no current version yet"
+        refused = result.compat["refused"] = [f"{line}; refused before the switch: {keeps}" for line in failed]
+        raise SyncError(" | ".join(refused))
 
 
 def _older_twin(repo: Repo, current: str | None, new: dict[str, Entry], stamps: Stamps) -> str | None:
@@ -372,6 +406,7 @@ def _build(opts: Options, repo: Repo, remote: Remote, progress: Progress, result
             raise SyncError(f"internal error: {len(missing)} files not placed, e.g. {sorted(missing)[0]}")
         staging.close()
         # before the tree becomes a version: refused, it stays a staging dir, whose files the next run links
+        _check_compat(opts, staging.tree, current, result)
         _check_memory(opts, staging.tree, current)
         version = repo.commit(staging, staging.placed, opts.source, opts.durable)
     finally:

@@ -106,6 +106,7 @@ def status(inventory: str, previous: bool, exporters: bool, prometheus: str | No
 def _register() -> None:
     # Sub-command groups live next to the logic they drive; importing them here keeps
     # `tritonfleet --help` complete while each module stays importable on its own.
+    from tritonfleet.face.compat import compat
     from tritonfleet.face.fleet import fleet
     from tritonfleet.face.monitoring import monitoring
     from tritonfleet.face.plan import plan
@@ -121,6 +122,7 @@ def _register() -> None:
     main.add_command(fleet)
     main.add_command(monitoring)
     main.add_command(plan)
+    main.add_command(compat)
 
 
 _register()
