@@ -19,7 +19,7 @@ import re
 from typing import Literal
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from roles import models as models_role
@@ -219,10 +219,15 @@ def _checks(cfg: HostConfig) -> None:
     _memory_checks(cfg)
     runtime = container_runtime_version(cfg)
     if cfg.instance.is_neuron and runtime:
-        try:
-            compat.check_driver_runtime(dkms_pin(cfg), runtime, neuron_arch=cfg.instance.neuron_arch)
-        except compat.CompatibilityError as exc:
-            raise FieldProblem("triton_neuron_runtime_version", runtime, str(exc)) from None
+        # the driver the neuron role pins against the runtime the data declares: both ways (a runtime that needs
+        # a newer driver, a driver that needs a newer runtime), before the driver or anything else changes
+        found = compat.check_driver_runtime_finding(dkms_pin(cfg), runtime, cfg.instance.neuron_arch,
+                                                    subject=f"host {cfg.name}")
+        message = f"{found.link}: {found.line}" + (f": {found.fix}" if found.fix else "")
+        if found.verdict == compat.FAIL:
+            raise FieldProblem("triton_neuron_runtime_version", runtime, message)
+        if found.verdict == compat.WARN:
+            logger.warning(f"{cfg.name}: compatibility warning: {message}")
 
 
 def _model_checks(cfg: HostConfig) -> None:

@@ -117,6 +117,28 @@ def test_compatibility_gate_refuses_an_old_host_driver(sandbox, tmp_path):
     assert ssh("inf2", "dpkg-query -W -f='${Version}' aws-neuronx-dkms").stdout == "2.26.10.0"
 
 
+def test_an_image_whose_runtime_is_too_old_for_the_host_driver_is_refused_before_the_swap(sandbox, tmp_path):
+    """Issue 26: driver 2.29 needs runtime-lib 2.33 or later. The data declares 2.33, but the image's own label
+    says 2.28.19.0 (an image built for an older SDK): the gate believes the label and starts nothing."""
+    base, image = "tritonfleet-sandbox/tritonserver:2.51.0-sandbox", "tritonfleet-e2e/old-runtime:2.28"
+    ssh("inf2", f"docker image inspect {base} >/dev/null 2>&1 || "
+                "docker load -q -i /srv/images/tritonserver-2.51.0-sandbox.tar >/dev/null; "
+                f"printf 'FROM {base}\\nLABEL com.tritonfleet.neuron.runtime-lib=2.28.19.0\\n' "
+                f"| docker build -q -t {image} - >/dev/null && docker save -o /var/tmp/old-runtime.tar {image}")
+    inv = write_inventory(tmp_path, ["inf2"], extra={
+        "neuron_dkms_version": "2.29.8.0*", "triton_neuron_runtime_version": "2.33", "triton_image_source": "archive",
+        "triton_image": image, "triton_image_archive": "/var/tmp/old-runtime.tar"})
+    try:
+        run = pyinfra(inv, "deploys/serve.py")
+    finally:
+        ssh("inf2", f"rm -f /var/tmp/old-runtime.tar; docker rmi -f {image} >/dev/null 2>&1 || true")
+    assert run.returncode != 0
+    assert ("host inf2: aws-neuronx-dkms 2.29.8.0 needs aws-neuronx-runtime-lib >= 2.33 (Neuron SDK 2.31.0 known "
+            "issue); the image has 2.28.19.0: rebuild the image for Neuron SDK 2.31.0 or later (neuron_sdk_release), "
+            "or keep the host on an older driver") in run.output, run.output[-3000:]
+    assert _containers("inf2") == []
+
+
 def test_changed_spec_recreates_the_container_and_keeps_the_previous_spec(served, tmp_path):
     _, _, before = served
     inv = write_inventory(tmp_path, ["scratch"], extra={"triton_shm_size": "2g"})

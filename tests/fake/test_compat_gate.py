@@ -124,3 +124,25 @@ def test_gpu_hosts_are_not_asked(monkeypatch):
     rec = run_deploys(nvidia, {**DATA, "instance_type": "g5.xlarge", "nvidia_key_fingerprint": FPR}, "ubuntu2204",
                       monkeypatch)
     assert not any(c.startswith("echo '@devices'") for c in rec.commands)
+
+
+def test_a_driver_that_needs_a_newer_runtime_than_the_data_declares_is_refused_before_the_driver_changes(
+        monkeypatch):
+    """Driver 2.29 needs runtime-lib 2.33 or later (the 2.31.0 known issue): a serving deploy that pins it with an
+    image declared to hold runtime 2.28 is refused in preflight, naming the runtime setting, before the driver
+    (or anything) changes; the other way round (a runtime that needs a newer driver) as before."""
+    from roles.triton import triton
+
+    data = {**DATA, "neuron_dkms_version": "2.29.8.0*", "triton_neuron_runtime_version": "2.28.19.0"}
+    text, seen = _refused(monkeypatch, [neuron, triton], data, kernel=OLD_KERNEL)
+    assert text.splitlines() == [
+        "preflight failed, nothing was changed:",
+        "  @fake/h1: triton_neuron_runtime_version '2.28.19.0': driver→runtime: aws-neuronx-dkms 2.29.8.0* needs "
+        "aws-neuronx-runtime-lib >= 2.33 (Neuron SDK 2.31.0 known issue); the image has 2.28.19.0: rebuild the image "
+        "for Neuron SDK 2.31.0 or later (neuron_sdk_release), or keep the host on an older driver"]
+    assert _changes(seen) == []
+    newer = {**DATA, "neuron_dkms_version": "2.26.10.0*", "triton_neuron_runtime_version": "2.34.10.0"}
+    text, _ = _refused(monkeypatch, [neuron, triton], newer, kernel=OLD_KERNEL)
+    assert "@fake/h1: triton_neuron_runtime_version '2.34.10.0': driver→runtime: container runtime " \
+           "aws-neuronx-runtime-lib 2.34.10.0 (Neuron SDK 2.32.0) needs host driver aws-neuronx-dkms >= 2.30.2.0, " \
+           "host has 2.26.10.0*: upgrade the host driver" in text
