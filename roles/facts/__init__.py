@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
+from tritonfleet.access import hostprobe
+
 
 def sections(output: list[str], marker: str = "@@") -> dict[str, list[str]]:
-    """Split fact output into sections: a line ``<marker>name`` starts section ``name``; blank lines dropped."""
-    out: dict[str, list[str]] = {}
-    current = ""
-    for line in output:
-        if line.startswith(marker):
-            current = line[len(marker):].strip()
-            out[current] = []
-        elif line.strip():
-            out.setdefault(current, []).append(line)
-    return out
+    """Split fact output into sections: a line ``<marker>name`` starts section ``name``; blank lines dropped
+    (:func:`tritonfleet.access.hostprobe.sections`, lines kept as they came)."""
+    return hostprobe.sections(output, marker, strip=False)

@@ -50,9 +50,9 @@ _DKMS_LINE = re.compile(
 _NUMBERS = re.compile(r"\d+(?:\.\d+)*")
 
 
-def sections(output: Iterable[str], marker: str = "@") -> dict[str, list[str]]:
+def sections(output: Iterable[str], marker: str = "@", strip: bool = True) -> dict[str, list[str]]:
     """Split command output into sections: a line ``<marker>name`` starts section ``name``; blank lines
-    dropped, lines stripped."""
+    dropped, lines stripped unless ``strip`` is False (the facts of ``roles/facts/`` use it too)."""
     out: dict[str, list[str]] = {}
     current = ""
     for line in output:
@@ -60,7 +60,7 @@ def sections(output: Iterable[str], marker: str = "@") -> dict[str, list[str]]:
             current = line[len(marker):].strip()
             out[current] = []
         elif line.strip():
-            out.setdefault(current, []).append(line.strip())
+            out.setdefault(current, []).append(line.strip() if strip else line)
     return out
 
 
