@@ -11,8 +11,9 @@ from tritonfleet.sandbox import fleet
 #: Remote commands per host for a no-op deploys/serve.py run (the converge-cost budget): without a fact plan
 #: (the first run of a deploy on this controller), and with the plan the previous run recorded (every fact in
 #: one command per host, roles/facts/cache.py).
-NOOP_BUDGET = 22  # 20, + the scheduled verify timer's unit files (models role, issue 20 part 2), + the
-#                    watchdog's files (roles/watchdog.py, off: removed if present; issue 25)
+NOOP_BUDGET = 23  # 20, + the scheduled verify timer's unit files (models role, issue 20 part 2), + the
+#                    watchdog's files (roles/watchdog.py, off: removed if present; issue 25), + the models'
+#                    compatibility limits (/etc/tritonfleet/model-compat.json, models role; issue 26)
 PLANNED_BUDGET = 2
 HOST = "inf2"
 
