@@ -27,6 +27,7 @@ from pyinfra.operations import files
 from roles import operations as ops
 from roles.context import config_for
 from roles.facts.files import FileDigests
+from roles.facts.system import CommandSucceeds
 from roles.triton_image import python_image_pending
 from tritonfleet import compat
 from tritonfleet import hostcontract as hc
@@ -144,8 +145,22 @@ def _checks(cfg: HostConfig) -> None:
                 raise FieldProblem(f"models_{key}", getattr(m, key), "has no effect without models_s3_uri")
 
 
+def _host_checks(h, cfg: HostConfig) -> None:
+    """A controller copy (``models_source``) onto a repository the host syncs from S3 (the agent's ``current``
+    link, which its servers read) is refused in preflight: the copy would take the servers' models away while
+    the new server (reading the copy's layout) starts, and a rollback would find none. The host serves on."""
+    m = cfg.models
+    if not m.source or m.s3_uri:
+        return
+    if h.get_fact(CommandSucceeds, command=f"test -L {shlex.quote(m.dir.rstrip('/') + '/current')}"):
+        raise FieldProblem("models_source", m.source, (
+            f"{m.dir} on the host is an S3 sync (its servers read {m.dir.rstrip('/')}/current): a controller copy "
+            "would take their models away while the new server starts; keep models_s3_uri, or empty "
+            f"{m.dir} on the host first (it serves no model until the copy is in)"))
+
+
 ROLE = Role("models", Settings, "the model repository on the host (S3 sync, S3 direct or a controller copy)",
-            checks=_checks, order=60)
+            checks=_checks, order=60, host_checks=_host_checks)
 
 
 def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import ROOT, assert_noop, host_ip, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import COPY_MODE, ROOT, assert_noop, host_ip, pyinfra, ssh, write_inventory
 from tests.e2e.test_01_sandbox import _check_add_sub
 from tritonfleet.sandbox import fleet
 
@@ -165,6 +166,20 @@ def test_health_gate_failure_shows_reason_and_logs(served, tmp_path):
     # a line only Triton itself writes (the container's log), not our own message
     assert "no_such_model" in run.output.split("first error lines of its log:", 1)[1]
     assert "rolled back to the previous container" in run.output and "which serves again" in run.output
+    _check_add_sub(host_ip("scratch"), 8000, 8001)
+
+
+def test_a_controller_copy_onto_a_host_serving_from_s3_is_refused_and_it_serves_on(served, tmp_path):
+    """A serving host switched from models_s3_uri to models_source: preflight refuses it in one line (the copy
+    would take the S3 sync's `current` away from the servers while the new one starts), nothing changes."""
+    models = tmp_path / "models"
+    shutil.copytree(fleet.SAMPLES / "add_sub", models / "add_sub")
+    before = _containers("scratch")
+    inv = write_inventory(tmp_path, ["scratch"], extra={"models_source": str(models), **COPY_MODE})
+    run = pyinfra(inv, "deploys/serve.py")
+    assert run.returncode != 0 and "preflight failed, nothing was changed" in run.output, run.output[-3000:]
+    assert "/opt/tritonfleet/models on the host is an S3 sync" in run.output and "Starting operation" not in run.output
+    assert _containers("scratch") == before
     _check_add_sub(host_ip("scratch"), 8000, 8001)
 
 

@@ -243,3 +243,24 @@ def test_the_model_checks_warnings_are_shown_when_the_sync_succeeds(caplog):
     with caplog.at_level("WARNING", logger="pyinfra"):
         assert command.execute(SimpleNamespace(print_output=True), host, {}) is False
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_controller_copy_onto_a_repository_synced_from_s3_is_refused_in_preflight(monkeypatch, tmp_path):
+    """Found by the suite-time work (issue 19): a serving host switched from models_s3_uri to models_source kept
+    the agent's `current` and `versions/`, and the new server failed its health gate on them. Preflight now
+    refuses it in one line, before anything changes; a host without the S3 layout takes the copy."""
+    source = tmp_path / "models"
+    (source / "add_sub" / "1").mkdir(parents=True)
+    (source / "add_sub" / "config.pbtxt").write_text('name: "add_sub"\nbackend: "python"\n')
+    (source / "add_sub" / "1" / "model.py").write_text("x = 1\n")
+    data = {**{k: v for k, v in S3.items() if not k.startswith("models_s3")}, "models_source": str(source)}
+    synced = {"test -L /opt/tritonfleet/models/current": ["yes"]}
+    with pytest.raises(PreflightError) as caught:
+        run_deploys(SERVE_DEPLOY, data, "debian12", monkeypatch, responses=synced)
+    (line,) = str(caught.value).splitlines()[1:]  # the value itself may be shortened in the line
+    assert line.startswith("  @fake/h1: models_source '") and line.endswith(
+        ": /opt/tritonfleet/models on the host is an S3 sync (its servers read /opt/tritonfleet/models/current): a "
+        "controller copy would take their models away while the new server starts; keep models_s3_uri, or empty "
+        "/opt/tritonfleet/models on the host first (it serves no model until the copy is in)")
+    rec = run_deploys(SERVE_DEPLOY, data, "debian12", monkeypatch)
+    assert any("triton-swap.sh" in c for c in rec.commands)
