@@ -228,7 +228,7 @@ def test_a_warning_is_printed_and_the_switch_goes_on(repo):
     code, out, err = run()
     warning = ("model odd: compiled by neuronx-cc 2.22.12471.0 (NEFF 2.0) is not in the compatibility table (between "
                f"Neuron SDK 2.26.0 and 2.28.0), so the runtime it needs is unknown; the image has {SDK_2_31}: add its "
-               "Neuron SDK release to tritonfleet/compat.py CHAIN, or recompile with the image's compiler (neuronx-cc "
+               "Neuron SDK release to tritonfleet/compatchain.py CHAIN, or recompile with the image's compiler (neuronx-cc "
                f"{CC_2_31})")
     assert (code, out["status"]) == (0, "synced") and err == f"tritonfleet-agent: warning: {warning}\n"
     assert out["warnings"] == [warning] and out["compat"]["verdict"] == WARN

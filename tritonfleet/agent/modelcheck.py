@@ -216,7 +216,7 @@ def judge(model: str, info: ArtifactInfo, limits: Limits) -> Line:
     v = _parts(version)
     if v is None or compiler not in archs:
         return line(WARN, f"cannot judge {compiler} {version} ({info.source})",
-                    f"recompile with {NEURONX_CC} or {NEURON_CC} of a release in tritonfleet/compat.py CHAIN")
+                    f"recompile with {NEURONX_CC} or {NEURON_CC} of a release in tritonfleet/compatchain.py CHAIN")
     if compiler == NEURON_CC:
         if not limits.inf1_support:
             return line(FAIL, f"{built}, an Inf1 model; {RUNTIME_LIB} {runtime} has no Inf1 support",
@@ -253,7 +253,7 @@ def judge(model: str, info: ArtifactInfo, limits: Limits) -> Line:
              else f"newer than Neuron SDK {older[-1].sdk}'s" if older else f"older than Neuron SDK {newer[0].sdk}'s")
     return line(WARN, f"{built} is not in the compatibility table ({where}), so the runtime it needs is unknown; "
                       f"the image has {runtime}{neff_note}",
-                f"add its Neuron SDK release to tritonfleet/compat.py CHAIN, or recompile with the image's "
+                f"add its Neuron SDK release to tritonfleet/compatchain.py CHAIN, or recompile with the image's "
                 f"compiler{image_compiler}")
 
 
