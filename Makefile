@@ -28,7 +28,7 @@ TARGET    ?= cpu
 # haproxy: `haproxy -c` checks the lb role's rendered configuration (tests/fake/test_lb_role.py)
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus haproxy
 
-.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout qa-selftest-repo models serve rollout fleet-up fleet-down fleet-list autoscale qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout bench-release qa-selftest-repo models release release-rollout serve rollout fleet-up fleet-down fleet-list autoscale qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -46,7 +46,7 @@ help: ## List targets and their variables
 	@echo "  LB=elbv2|haproxy CANARY_WEIGHT=10 BAKE=120 PROMETHEUS=url   rollout: load balancer; traffic canary judged by Prometheus"
 	@echo "  MAX_ERROR_RATIO=0.01 MAX_LATENCY_RATIO=1.5 LISTENER_ARN/RULE_ARN/CANARY_TARGET_GROUP   rollout: canary gates; ELBv2 canary"
 	@echo "  FLEET=name           EC2 fleet (fleet-up, fleet-down, fleet-list, autoscale; or TRITONFLEET_FLEET)"
-	@echo "  REGION=us-east-1     AWS region (fleet-*, autoscale, rollout; or TRITONFLEET_REGION, AWS_REGION)"
+	@echo "  REGION=us-east-1     AWS region (fleet-*, autoscale, rollout, release; or TRITONFLEET_REGION, AWS_REGION)"
 	@echo "  TYPE=$(TYPE)      instance type (fleet-up)"
 	@echo "  COUNT=$(COUNT)              instances of TYPE the fleet should have (fleet-up)"
 	@echo "  SSH_CIDR=a.b.c.d/32  who may SSH to the fleet, required (fleet-up; or TRITONFLEET_SSH_CIDR)"
@@ -54,8 +54,11 @@ help: ## List targets and their variables
 	@echo "  YES=1                fleet-down: do not ask for confirmation"
 	@echo "  TARGET_QUEUE_MS=20 MIN=2 MAX=10   autoscale: average Triton queue time per request to hold, group sizes"
 	@echo "  PYTEST_ARGS=...      extra pytest arguments (test), e.g. PYTEST_ARGS='-k placement'"
-	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, bench-live, bench-rollout, mutate)"
+	@echo "  ARGS=...             arguments passed through (gen-model, bench-sync, bench-qa, bench-live, bench-rollout, bench-release, mutate)"
 	@echo "  VERIFY=1             models: hash every file of the current version against its manifest, repair what differs"
+	@echo "  RELEASE=v2|s3://b/p/v2 GROUP=canary   release: what pull-mode hosts serve; only that group's pointer with GROUP"
+	@echo "  WAIT=120 NO_QA=1     release-rollout: seconds per phase for the hosts to serve; skip the QA gate (GROUP, ROOT, PROMETHEUS, BAKE, MAX_*_RATIO as above)"
+	@echo "  ROOT=s3://b/p ENDPOINT=url   release: the hosts' models_s3_uri (or TRITONFLEET_MODELS_ROOT; default: RELEASE's parent), an S3-compatible store"
 	@echo "  MODULES=a.py b.py    mutate: these of [tool.mutmut] only_mutate (pyproject.toml) instead of all"
 	@echo "  DIR=$(DIR) TARGET=$(TARGET)   qa-selftest-repo: where the self-test repository goes, and its target"
 	@echo "  VENV=$(VENV) PYTHON=$(PYTHON)"
@@ -139,6 +142,18 @@ serve: setup ## Provision and serve INVENTORY (deploys/serve.py)
 models: setup ## Update INVENTORY's model repositories from S3, reloading changed models live (deploys/models.py); VERIFY=1 hashes every file and repairs
 	$(PYINFRA) -y $(INVENTORY) deploys/models.py $(if $(VERIFY),--data models_s3_verify=true)
 
+release: setup ## Point pull-mode hosts at RELEASE: writes ROOT's RELEASE pointer (GROUP=canary: RELEASE.canary only); ENDPOINT, REGION
+	@test -n "$(RELEASE)" || { echo "make release RELEASE=v2|s3://bucket/prefix/v2 [GROUP=canary] [ROOT=s3://bucket/prefix]" >&2; exit 2; }
+	$(TF) models release '$(RELEASE)' $(if $(ROOT),--root '$(ROOT)') $(if $(GROUP),--group '$(GROUP)') \
+	  $(if $(ENDPOINT),--endpoint-url '$(ENDPOINT)') $(if $(REGION),--region $(REGION))
+
+release-rollout: setup ## Canary release to INVENTORY's pull-mode hosts: RELEASE.$(GROUP) first, gates (QA; PROMETHEUS, BAKE), then the fleet; rolls the canary back on a failed gate
+	@test -n "$(RELEASE)" || { echo "make release-rollout RELEASE=v2 [GROUP=canary] [ROOT=s3://bucket/prefix] [PROMETHEUS=url BAKE=120] [WAIT=120] [NO_QA=1]" >&2; exit 2; }
+	$(TF) models rollout '$(RELEASE)' --inventory $(INVENTORY) $(if $(GROUP),--group '$(GROUP)') $(if $(ROOT),--root '$(ROOT)') \
+	  $(if $(ENDPOINT),--endpoint-url '$(ENDPOINT)') $(if $(REGION),--region $(REGION)) $(if $(WAIT),--wait $(WAIT)) \
+	  $(if $(NO_QA),--no-qa) $(if $(PROMETHEUS),--prometheus $(PROMETHEUS)) $(if $(BAKE),--bake $(BAKE)) \
+	  $(if $(MAX_ERROR_RATIO),--max-error-ratio $(MAX_ERROR_RATIO)) $(if $(MAX_LATENCY_RATIO),--max-latency-ratio $(MAX_LATENCY_RATIO))
+
 rollout: setup ## Rolling rollout of deploys/serve.py over INVENTORY: BATCH, CANARY, FAIL_PERCENT, LB, TARGET_GROUP, CANARY_WEIGHT, BAKE, PROMETHEUS
 	$(TF) rollout --inventory $(INVENTORY) --batch $(BATCH) --canary $(CANARY) --fail-percent $(FAIL_PERCENT) \
 	  $(if $(LB),--lb $(LB)) $(if $(TARGET_GROUP),--target-group $(TARGET_GROUP)) $(if $(REGION),--region $(REGION)) \
@@ -195,6 +210,9 @@ bench-live: setup-triton ## Clients of an unchanged model during live updates: a
 
 bench-rollout: prereqs setup-triton ## Rollouts through the sandbox's HAProxy under a 60 req/s client: failed requests, time per batch, canary share, breach to rollback, vs no balancer (root; ARGS='--rate 80')
 	$(PY) bench/rollout.py $(ARGS)
+
+bench-release: prereqs setup-triton ## Model releases on 8 sandbox hosts: pull mode vs push (models.py) vs copy + docker restart, time to all serving, failed requests, no-op cost (root; ARGS='--quick')
+	$(PY) bench/release.py $(ARGS)
 
 qa-selftest-repo: setup-triton ## Write the QA self-test model repository and suites: DIR=... TARGET=cpu|inf1|inf2|trn1|trn2
 	$(PY) -m tritonfleet.genmodel.selftest $(DIR) --target $(TARGET)

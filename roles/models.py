@@ -8,6 +8,11 @@
   On a Neuron host the agent first checks each Neuron model of the new version against what the image's
   runtime loads (:func:`compat_text`, written to ``/etc/tritonfleet/model-compat.json``): a model it cannot
   load fails the sync with one line naming it, before anything changes, and the host keeps serving.
+- **Pull mode** (``models_pull``, with ``models_s3_uri`` as the release root): the agent runs as
+  ``tritonfleet-models-pull.service`` and watches the release pointer ``<models_s3_uri>/RELEASE`` (or
+  ``RELEASE.<models_pull_group>``) with conditional requests; when it names another release it syncs
+  ``<models_s3_uri>/<release>/`` the same way and reloads live (``tritonfleet/agent/pull.py``). A run of this
+  role syncs to the pointed release first (``pull --once``), then keeps the service running.
 - **S3 direct** (``models_s3_direct``): Triton reads ``s3://`` itself; nothing is kept on disk.
 - **Controller copy** (``models_source``): a directory on the controller, copied and switched in.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import shlex
 from collections.abc import Iterable, Sequence
 
@@ -78,6 +84,16 @@ class Settings(RoleSettings):
         "verify`, repairs go to the journal); None: no timer (removed if there was one)."))
     s3_direct: bool = Field(False, description=(
         "Triton reads models_s3_uri itself (no copy on disk; a full download on every start; see README)."))
+    pull: bool = Field(False, description=(
+        "Pull mode: a resident agent (tritonfleet-models-pull.service) watches models_s3_uri/RELEASE and serves "
+        "the release it names (models_s3_uri/<release>/), reloaded live; `tritonfleet models release` moves it."))
+    pull_group: str | None = Field(None, description=(
+        "Pull mode: follow models_s3_uri/RELEASE.<group> while it exists (e.g. canary), else RELEASE."))
+    pull_interval: float = Field(2.0, ge=0.2, le=3600, description=(
+        "Pull mode: seconds between two checks of the pointer (one conditional GET each)."))
+    pull_max_backoff: float = Field(300.0, ge=1, le=86400, description=(
+        "Pull mode: the longest wait before a release that failed is tried again (the wait doubles from "
+        "models_pull_interval); a changed pointer is tried at once."))
 
     @field_validator("dir")
     @classmethod
@@ -90,6 +106,8 @@ class Settings(RoleSettings):
     _region = field_validator("s3_region")(matching(_REGION, "expected a region name like us-east-1"))
 
     _endpoint = field_validator("s3_endpoint")(lambda v: http_url(v))
+    _group = field_validator("pull_group")(matching(r"^[a-z0-9][a-z0-9_-]{0,62}$",
+                                                    "expected a group name like canary (a-z, 0-9, _ and -)"))
     _calendar = field_validator("s3_verify_schedule")(matching(
         r"^[A-Za-z0-9*:,./~ -]{1,100}$", "expected a systemd calendar expression, e.g. weekly"))
 
@@ -140,9 +158,18 @@ def _checks(cfg: HostConfig) -> None:
     if m.source and m.s3_uri:
         raise FieldProblem("models_source", m.source, "set models_source or models_s3_uri, not both")
     if not m.s3_uri:
-        for key in ("s3_endpoint", "s3_region", "s3_direct", "s3_verify", "s3_verify_schedule"):
+        for key in ("s3_endpoint", "s3_region", "s3_direct", "s3_verify", "s3_verify_schedule", "pull", "pull_group"):
             if getattr(m, key):
                 raise FieldProblem(f"models_{key}", getattr(m, key), "has no effect without models_s3_uri")
+    if m.pull_group and not m.pull:
+        raise FieldProblem("models_pull_group", m.pull_group, "has no effect without models_pull: true")
+    if m.pull:
+        if m.s3_direct:
+            raise FieldProblem("models_pull", True, "set models_pull or models_s3_direct, not both")
+        for key in ("s3_verify", "s3_verify_schedule"):
+            if getattr(m, key):
+                raise FieldProblem(f"models_{key}", getattr(m, key), (
+                    "not in pull mode yet: the resident agent checks each release it syncs; leave it unset"))
 
 
 def _host_checks(h, cfg: HostConfig) -> None:
@@ -168,7 +195,7 @@ def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:
     models it loads (``verify``: the ``verify`` command, which hashes every file of the current version
     first)."""
     m, t = cfg.models, cfg.triton
-    cmd = [hc.AGENT, "verify" if verify else "sync", "--source", m.s3_uri, "--dest", m.dir, "--concurrency", str(m.s3_concurrency),
+    cmd = [hc.AGENT, "verify" if verify else "pull" if m.pull else "sync", "--source", m.s3_uri, "--dest", m.dir, "--concurrency", str(m.s3_concurrency),
            "--keep", str(m.s3_keep), "--timeout", str(t.health_timeout),
            "--connect-timeout", str(m.s3_connect_timeout), "--read-timeout", str(m.s3_read_timeout),
            "--deadline", str(m.s3_deadline), "--lock-wait", str(m.s3_lock_wait)]
@@ -185,6 +212,11 @@ def sync_command(cfg: HostConfig, verify: bool = False) -> list[str]:
     cmd += memory_args(cfg)  # in any mode: the servers load the new version, by themselves (poll) or reloaded
     if compat_limits(cfg) is not None:  # the image's runtime loads each Neuron model (the file: _s3_sync)
         cmd += ["--compat", hc.MODEL_COMPAT_FILE]
+    if m.pull:  # the resident agent's own options (pull.py); the service adds nothing, a run adds --once
+        cmd += ["--interval", f"{m.pull_interval:g}", "--max-backoff", f"{m.pull_max_backoff:g}",
+                "--state", hc.PULL_STATE_FILE, "--textfile-dir", cfg.monitoring.textfile_dir]
+        if m.pull_group:
+            cmd += ["--group", m.pull_group]
     if cfg.imds_endpoint != DEFAULT_IMDS:  # credentials from the instance profile at another IMDS address
         cmd = ["/usr/bin/env", f"AWS_EC2_METADATA_SERVICE_ENDPOINT={cfg.imds_endpoint}", *cmd]
     return cmd
@@ -237,6 +269,44 @@ def server_capacity_args(servers: Iterable[tuple[str, int, int]]) -> list[str]:
 
 VERIFY_UNIT = "tritonfleet-models-verify"
 VERIFY_UNIT_FILES = (f"/etc/systemd/system/{VERIFY_UNIT}.service", f"/etc/systemd/system/{VERIFY_UNIT}.timer")
+PULL_UNIT = "tritonfleet-models-pull.service"
+PULL_UNIT_FILE = f"/etc/systemd/system/{PULL_UNIT}"
+#: the optional units' files, read with one fact when one of them is off (remove_paths reads the same fact)
+UNIT_FILES = (*VERIFY_UNIT_FILES, PULL_UNIT_FILE)
+PULL_TEXTFILE = "tritonfleet_models_pull.prom"  # tritonfleet/agent/pull.py's TEXTFILE
+
+
+def _units_off(cfg: HostConfig) -> None:
+    """The scheduled verify's timer and the pull service, each stopped and removed when it is off: one fact on a
+    host that never had either."""
+    m = cfg.models
+    off = [*(() if m.s3_verify_schedule else VERIFY_UNIT_FILES),
+           *(() if m.pull else (PULL_UNIT_FILE, hc.PULL_STATE_FILE, posixpath.join(cfg.monitoring.textfile_dir,
+                                                                                 PULL_TEXTFILE)))]
+    if not off:
+        return
+    present = host.get_fact(FileDigests, paths=tuple(off))
+    if not m.s3_verify_schedule and any(p in present for p in VERIFY_UNIT_FILES):
+        ops.services.units(name="Scheduled model verify stopped", units=[f"{VERIFY_UNIT}.timer"],
+                           running=False, enabled=False)
+    if not m.pull and PULL_UNIT_FILE in present:
+        ops.services.units(name="Pull mode's agent stopped (models_pull is off)", units=[PULL_UNIT], running=False,
+                           enabled=False)
+    ops.qa.remove_paths(name="Model units that are off removed", paths=off)
+
+
+def _pull_service(cfg: HostConfig) -> None:
+    """``models_pull``: the resident agent, after this run synced to the pointed release."""
+    m = cfg.models
+    unit = ops.files.managed(name="Pull mode's agent: service", files={
+        PULL_UNIT_FILE: render("models/tritonfleet-models-pull.service.j2", command=sync_command(cfg),
+                               models_dir=m.dir, textfile_dir=cfg.monitoring.textfile_dir,
+                               state_dir=posixpath.dirname(hc.PULL_STATE_FILE).removeprefix("/var/lib/"),
+                               stop_timeout=90)})
+    ops.qa.daemon_reload(name="systemd reads the pull service", _if=unit.did_change)
+    ops.services.units(name="Pull mode's agent restarted with its new options", units=[PULL_UNIT], restarted=True,
+                       _if=unit.did_change)
+    ops.services.units(name="Pull mode's agent running and enabled", units=[PULL_UNIT], running=True, enabled=True)
 
 
 def _verify_schedule(cfg: HostConfig) -> None:
@@ -244,11 +314,6 @@ def _verify_schedule(cfg: HostConfig) -> None:
     ``journalctl -u tritonfleet-models-verify``); without it, no timer."""
     m = cfg.models
     if not m.s3_verify_schedule:
-        # one fact (the unit files' digests, which remove_paths reads too) on a host that never had a timer
-        if host.get_fact(FileDigests, paths=VERIFY_UNIT_FILES):
-            ops.services.units(name="Scheduled model verify stopped", units=[f"{VERIFY_UNIT}.timer"],
-                               running=False, enabled=False)
-        ops.qa.remove_paths(name="Scheduled model verify removed", paths=list(VERIFY_UNIT_FILES))
         return
     command = " ".join(shlex.quote(c) for c in sync_command(cfg, verify=True))
     units = ops.files.managed(name="Scheduled model verify: service and timer", files={
@@ -282,9 +347,22 @@ def _s3_sync(cfg: HostConfig) -> None:
     if limits is not None:
         ops.files.managed(name="What the image's Neuron runtime loads (the agent's model check)",
                           files={hc.MODEL_COMPAT_FILE: limits})
-    ops.models.sync(name=f"Model repository from {cfg.models.s3_uri}",
-                    command=sync_command(cfg, cfg.models.s3_verify))
+    if cfg.models.pull:  # the agent's metrics go there from its first check on
+        files.directory(name="node_exporter textfile directory", path=cfg.monitoring.textfile_dir, mode="755")
+        ops.models.sync(name=f"Model repository: the release {cfg.models.s3_uri}/{pointer(cfg)} names",
+                        command=[*sync_command(cfg), "--once"])
+    else:
+        ops.models.sync(name=f"Model repository from {cfg.models.s3_uri}",
+                        command=sync_command(cfg, cfg.models.s3_verify))
+    _units_off(cfg)
     _verify_schedule(cfg)
+    if cfg.models.pull:
+        _pull_service(cfg)
+
+
+def pointer(cfg: HostConfig) -> str:
+    """The pointer object a pull-mode host reads first (below models_s3_uri)."""
+    return "RELEASE" + (f".{cfg.models.pull_group}" if cfg.models.pull_group else "")
 
 
 #: hosts whose S3 sync waits until their servers run the new image with python packages (``models_after_image``)

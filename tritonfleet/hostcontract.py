@@ -42,6 +42,9 @@ REPOSITORY_HEADER_FILE = "/etc/tritonfleet/repository-header"
 #: What the Neuron image's runtime loads (``tritonfleet.compat.model_limits``, JSON, 0644): the agent checks each
 #: model of a version against it before it switches ``current`` (``tritonfleet-agent sync --compat``).
 MODEL_COMPAT_FILE = "/etc/tritonfleet/model-compat.json"
+#: Pull mode's state file (``tritonfleet-agent pull``, JSON object, 0644): the release ``current`` serves, the one
+#: the pointer names, the last check and the last error (``tritonfleet status`` reads it into its release column).
+PULL_STATE_FILE = f"{STATE_DIR}/models-pull.json"
 #: With models from S3, Triton reads the version ``current`` points at (the models dir is mounted at /models).
 S3_REPOSITORY_IN_CONTAINER = "/models/current"
 

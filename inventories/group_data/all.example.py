@@ -261,6 +261,23 @@
 ## Triton reads models_s3_uri itself (no copy on disk; a full download on every start; see README).
 # models_s3_direct = False
 
+## Pull mode: a resident agent (tritonfleet-models-pull.service) watches models_s3_uri/RELEASE and
+## serves the release it names (models_s3_uri/<release>/), reloaded live; `tritonfleet models
+## release` moves it.
+# models_pull = False
+
+## Pull mode: follow models_s3_uri/RELEASE.<group> while it exists (e.g. canary), else RELEASE.
+# models_pull_group = None
+
+## Pull mode: seconds between two checks of the pointer (one conditional GET each).
+## bounds: >= 0.2, <= 3600
+# models_pull_interval = 2.0
+
+## Pull mode: the longest wait before a release that failed is tried again (the wait doubles from
+## models_pull_interval); a changed pointer is tried at once.
+## bounds: >= 1, <= 86400
+# models_pull_max_backoff = 300.0
+
 ## -------------------------------------------------------------------------------------------------
 ## triton (roles/triton.py): Triton containers: image, compatibility gate, devices, limits, health
 ## gate

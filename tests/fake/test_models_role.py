@@ -169,6 +169,56 @@ def test_a_verify_schedule_that_is_no_calendar_is_refused_in_preflight(monkeypat
                     responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
 
 
+# --- pull mode (models_pull): the resident agent, after a run synced to the pointed release ---------------------
+
+PULL = {**S3, "models_pull": True, "models_pull_group": "canary", "models_pull_interval": 1.5}
+
+
+def test_pull_mode_syncs_to_the_pointed_release_once_then_runs_the_service(monkeypatch):
+    rec = run_deploys([agent, models], PULL, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
+    (once,) = [c for c in rec.commands if "tritonfleet-agent pull " in c and "--dry-run" not in c]
+    assert shlex.split(once)[-1] == "--once" and "--source s3://models-bucket/prod " in once
+    assert "--group canary" in once and "--interval 1.5 --max-backoff 300" in once
+    assert "--state /var/lib/tritonfleet/models-pull.json" in once
+    unit = rec.uploads["/etc/systemd/system/tritonfleet-models-pull.service"]
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    argv = shlex.split(exec_start.removeprefix("ExecStart="))
+    assert argv[:2] == ["/opt/tritonfleet/venv/bin/tritonfleet-agent", "pull"] and "--once" not in argv
+    assert argv[argv.index("--group") + 1] == "canary" and "--server" in argv
+    assert "ReadWritePaths=/opt/tritonfleet/models /var/lib/prometheus/node-exporter" in unit
+    assert "Restart=always" in unit and "--privileged" not in unit
+    started = [c for c in rec.commands if "tritonfleet-models-pull.service" in c and "systemctl" in c]
+    assert any("systemctl start tritonfleet-models-pull.service" in c for c in started)
+    assert sync_lines(rec) == []  # no push sync of the release root
+
+
+def test_pull_off_stops_and_removes_a_pull_service_and_its_state(monkeypatch):
+    unit = "/etc/systemd/system/tritonfleet-models-pull.service"
+    present = {re.compile(r"^for f in .*tritonfleet-models-pull\.service"): [f"{'a' * 64} 644 {unit}",
+                                                                             f"{'b' * 64} 644 /var/lib/tritonfleet/models-pull.json"],
+               re.compile(r"^systemctl show .*tritonfleet-models-pull\.service"): [
+                   "Id=tritonfleet-models-pull.service", "ActiveState=active", "UnitFileState=enabled",
+                   "LoadState=loaded"]}
+    rec = run_deploys([agent, models], S3, "debian12", monkeypatch,
+                      responses={AGENT_PYTHON: ["3.11", "x86_64", "none"], **present})
+    assert any("systemctl stop tritonfleet-models-pull.service" in c for c in rec.commands)
+    (rm,) = [c for c in rec.commands if c.startswith("rm -f ")]
+    assert unit in rm and "/var/lib/tritonfleet/models-pull.json" in rm
+
+
+@pytest.mark.parametrize("data,field,words", [
+    ({**S3, "models_pull": True, "models_s3_direct": True}, "models_pull", "not both"),
+    ({**S3, "models_pull_group": "canary"}, "models_pull_group", "without models_pull"),
+    ({**S3, "models_pull": True, "models_pull_group": "Canary Hosts"}, "models_pull_group", "expected a group name"),
+    ({**S3, "models_pull": True, "models_s3_verify_schedule": "weekly"}, "models_s3_verify_schedule", "not in pull mode"),
+    ({**S3, "models_pull": True, "models_pull_interval": 0}, "models_pull_interval", "greater than or equal"),
+    ({**DATA, "instance_type": "inf2.xlarge", "models_pull": True}, "models_pull", "without models_s3_uri"),
+])
+def test_pull_mode_data_that_cannot_work_is_refused_in_preflight(monkeypatch, data, field, words):
+    with pytest.raises(PreflightError, match=rf"@fake/h1: {field}\b.*{words}"):
+        run_deploys([agent, models], data, "debian12", monkeypatch, responses={AGENT_PYTHON: ["3.11", "x86_64", "none"]})
+
+
 # --- the model check: what the image's Neuron runtime loads, checked by the agent before it switches -----------
 
 

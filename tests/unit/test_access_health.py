@@ -229,3 +229,129 @@ def test_read_host_reads_the_watchdogs_state_file_as_root_when_asked(host, monke
     state.write_text("{half a file")
     assert health.read_host("h1", data, watchdog=True).watchdog is None
     assert any(f"cat {state}" in call for call in host.sudo_calls())  # through sudo: the file is root's
+
+
+def _pull(**over) -> dict:
+    """A pull state as ``tritonfleet-agent pull`` writes it (the spec's "On the host")."""
+    return {"release": "v2", "source": "s3://b/p/v2/", "pointer": "RELEASE", "pointed": "v2",
+            "version": "000003-20261127T120000Z", "last_check": 1764270000.1, "last_change": 1764269000.0,
+            "last_error": None, "failures": 0, "next_check": 1764270002.1, "interval": 2.0, "pid": 1234,
+            "updated": 1764270000.2, **over}
+
+
+@pytest.fixture
+def state_files(host, monkeypatch, tmp_path):
+    """The watchdog's and pull mode's state files of the fake host, under tmp_path (neither there yet)."""
+    from tritonfleet.agent import watchrun
+
+    watchdog, pull = tmp_path / "watchdog" / "last.json", tmp_path / "lib" / "models-pull.json"
+    watchdog.parent.mkdir()
+    pull.parent.mkdir()
+    monkeypatch.setattr(watchrun, "STATE_FILE", str(watchdog))
+    monkeypatch.setattr(hc, "PULL_STATE_FILE", str(pull))
+    monkeypatch.setattr(health, "connect", lambda name, data: host.session(**data))
+    return watchdog, pull
+
+
+def test_pull_state_is_read_as_root_from_the_contracts_file(host, state_files):
+    _, pull = state_files
+    session = host.session(_sudo=True)
+    assert health.pull_state(session) is None  # the host does not pull
+    pull.write_text(json.dumps(_pull()))  # no newline at the end, as json.dump leaves it
+    assert health.pull_state(session) == _pull()
+    pull.write_text(json.dumps(_pull(release=None, pointed="v3", failures=2), indent=2) + "\n")
+    assert health.pull_state(session) == _pull(release=None, pointed="v3", failures=2)
+    assert host.client.commands == [f"sudo -n sh -c 'cat {pull}'"] * 3
+    for text in ('{"release": "v2", "poin', '["v2"]', ""):  # half a file, not an object, empty
+        pull.write_text(text)
+        assert health.pull_state(session) is None, text
+    pull.write_text(json.dumps(_pull()))
+    host.env["FAKE_SUDO_REFUSE"] = "1"
+    assert health.pull_state(session) is None  # root's file, and no root: not read
+
+
+def test_read_host_reads_both_state_files_in_one_command(host, state_files):
+    watchdog, pull = state_files
+    data = {"ssh_hostname": "127.0.0.1", "_sudo": True}
+    seen = health.read_host("h1", data, watchdog=True, pull=True)
+    assert (seen.watchdog, seen.pull) == (None, None)  # neither on the host
+    # docker, Triton (one server), the state files: three commands, as with the watchdog's file alone
+    assert len(host.client.commands) == 3
+    (states,) = [c for c in host.sudo_calls() if str(pull) in c]
+    assert str(watchdog) in states and states.index(str(watchdog)) < states.index(str(pull))
+    pull.write_text(json.dumps(_pull()))
+    seen = health.read_host("h1", data, watchdog=True, pull=True)
+    assert (seen.watchdog, seen.pull) == (None, _pull())  # one missing: the other is still read
+    watchdog.write_text(json.dumps({"schema": 1, "at": 5.0, "actions": []}, indent=1))
+    seen = health.read_host("h1", data, watchdog=True, pull=True)
+    assert (seen.watchdog, seen.pull) == ({"schema": 1, "at": 5.0, "actions": []}, _pull())
+    assert len(host.client.commands) == 3
+    pull.write_text("{half a file")
+    seen = health.read_host("h1", data, watchdog=True, pull=True)
+    assert (seen.watchdog, seen.pull) == ({"schema": 1, "at": 5.0, "actions": []}, None)
+    pull.write_text(json.dumps(_pull()) + "\n")
+    seen = health.read_host("h1", data, pull=True)
+    assert (seen.watchdog, seen.pull) == (None, _pull())  # the pull state alone: one plain cat
+    assert host.client.commands[-1] == f"sudo -n sh -c 'cat {pull}'"
+    seen = health.read_host("h1", data)
+    assert (seen.watchdog, seen.pull) == (None, None) and len(host.client.commands) == 2  # not asked: not read
+
+
+def test_state_files_are_read_in_order_each_on_its_own(host, tmp_path):
+    files = [tmp_path / name for name in ("a.json", "b.json", "c.json", "d.json")]
+    files[0].write_text('{"a": 1}')
+    files[1].write_text("{\n  \"b\": [\n    2\n  ]\n}\n")  # one written with indent, ending in a newline
+    files[3].write_text('{"d": "x\\n@@file\\ny"}')  # an escaped newline and the mark: still one string
+    session = host.session()
+    assert health.state_files(session, *map(str, files)) == [{"a": 1}, {"b": [2]}, None, {"d": "x\n@@file\ny"}]
+    (command,) = host.client.commands
+    assert health.state_files(session) == [] and host.client.commands == [command]  # nothing asked: no command
+    files[2].write_text('{"c": 3}\n@@file\n{"e": 4}')  # a broken file that fakes a mark: not taken apart
+    assert health.state_files(session, *map(str, files)) == [None] * 4
+    files[2].write_text('{"c": 3}')
+    host.env["FAKE_SUDO_REFUSE"] = "1"
+    assert health.state_files(host.session(_sudo=True), *map(str, files)) == [None] * 4
+
+
+def test_a_state_file_root_cannot_read_is_none_not_the_next_ones(host, tmp_path):
+    first, second = tmp_path / "a.json", tmp_path / "b"
+    first.write_text('{"a": 1}')
+    second.mkdir()  # cat fails on a directory
+    third = tmp_path / "c.json"
+    third.write_text('{"c": 3}')
+    assert health.state_files(host.session(), str(first), str(second), str(third)) == [{"a": 1}, None, {"c": 3}]
+
+
+class _Answers:
+    """A session whose run() gives one canned answer, recording the commands."""
+
+    name = "h1"
+
+    def __init__(self, rc: int, out: str) -> None:
+        self.rc, self.out, self.commands = rc, out, []
+
+    def run(self, command, *, stdin=None, timeout=30, root=False):
+        self.commands.append((command, root))
+        return self.rc, self.out, ""
+
+
+@pytest.mark.parametrize("rc, out, want", [
+    (0, '\n@@file\n{"a": 1}\n@@file\n{"b": 2}', [{"a": 1}, {"b": 2}]),
+    (1, '\n@@file\n{"a": 1}\n@@file\n{"b": 2}', [None, None]),  # a command that failed: not trusted
+    (0, 'Welcome!\n@@file\n{"a": 1}\n@@file\n{"b": 2}', [None, None]),  # something before the first file
+    (0, '\n@@file\n{"a": 1}', [None, None]),  # one file short
+    (0, "", [None, None]),
+])
+def test_what_the_state_files_command_answers_means(rc, out, want):
+    session = _Answers(rc, out)
+    assert health.state_files(session, "/a", "/b") == want
+    assert session.commands == [("printf '\\n@@file\\n'; cat /a 2>/dev/null || true; "
+                                 "printf '\\n@@file\\n'; cat /b 2>/dev/null || true", True)]
+
+
+def test_a_single_state_file_read_that_failed_is_not_trusted_whatever_it_printed():
+    assert health.state_files(_Answers(0, '{"a": 1}'), "/a") == [{"a": 1}]
+    assert health.state_files(_Answers(1, '{"a": 1}'), "/a") == [None]
+    assert health.pull_state(_Answers(1, json.dumps(_pull()))) is None
+    session = _Answers(0, json.dumps(_pull()))
+    assert health.pull_state(session) == _pull() and session.commands == [(f"cat {hc.PULL_STATE_FILE}", True)]

@@ -53,6 +53,10 @@ def test_the_endpoint_clients_use(endpoint, data, url):
     assert status._endpoint(data, labels) == url
 
 
+#: How the command that reads several state files at once starts (tritonfleet.access.health.state_files).
+STATE_FILES = "printf '\\n@@file\\n'; cat "
+
+
 class _Canned:
     """A session whose run() answers with what it is given, recording what it was asked."""
 
@@ -67,6 +71,8 @@ class _Canned:
         self.calls.append({"command": command, "stdin": stdin, "root": root})
         if command.startswith("cat "):
             return (self.record_rc, self.record, "") if self.record is not None else (1, "", "No such file")
+        if command.startswith(STATE_FILES):  # the state files, read together: none on this host
+            return 0, "\n@@file\n" * command.count("; cat "), ""
         if command.startswith("ids=$(docker ps "):  # a Docker that does not answer says nothing here
             if self.containers is None:
                 return 1, "", ""
@@ -74,7 +80,7 @@ class _Canned:
         return self.rc, self.out, ""
 
     def triton_calls(self) -> list[dict]:
-        return [c for c in self.calls if not c["command"].startswith(("cat ", "ids=$(docker ps "))]
+        return [c for c in self.calls if not c["command"].startswith(("cat ", "ids=$(docker ps ", STATE_FILES))]
 
     def close(self):
         self.closed = True
@@ -191,7 +197,13 @@ def test_host_status_sends_the_repository_header_and_asks_the_default_port(monke
         ("right", "http://h1:8020", "i:0 (spec s0)", "docker not answering (docker exited with status 1)")]
     assert connected == ["h1"]
     assert [c["command"] for c in session.calls if c["command"].startswith("cat ")] == [
-        f"cat {hc.record_path('left')}", f"cat {hc.record_path('right')}", f"cat {watchrun.STATE_FILE}"]
+        f"cat {hc.record_path('left')}", f"cat {hc.record_path('right')}"]
+    # the watchdog's and pull mode's state files: one command, as root, the watchdog's first
+    (states,) = [c for c in session.calls if c["command"].startswith(STATE_FILES)]
+    assert states["root"] is True and states["stdin"] is None
+    assert states["command"] == (f"printf '\\n@@file\\n'; cat {watchrun.STATE_FILE} 2>/dev/null || true; "
+                                 f"printf '\\n@@file\\n'; cat {hc.PULL_STATE_FILE} 2>/dev/null || true")
+    assert "watchdog" not in rows[0] and "release" not in rows[0]  # neither file on the host
     asked = session.triton_calls()
     assert [c["stdin"] for c in asked] == ["x-tritonfleet-repository-key: sec"] * 2
     assert "for a in 127.0.0.1; do b=http://$a:8010/v2;" in asked[0]["command"]

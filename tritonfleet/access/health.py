@@ -106,6 +106,9 @@ class HostHealth:
     docker_error: str | None = None
     #: the watchdog's state file (tritonfleet/agent/watchrun.py), when asked for and the host has one
     watchdog: dict | None = None
+    #: pull mode's state file (:data:`tritonfleet.hostcontract.PULL_STATE_FILE`, written by ``tritonfleet-agent
+    #: pull``), when asked for and the host has one
+    pull: dict | None = None
 
     @property
     def error(self) -> str | None:
@@ -127,10 +130,12 @@ class HostHealth:
         return self.error or "; ".join(f"{s.server}: {s.state}, ready: {s.ready}" for s in self.servers)
 
 
-def read_host(name: str, data: dict, *, previous: bool = False, watchdog: bool = False) -> HostHealth:
+def read_host(name: str, data: dict, *, previous: bool = False, watchdog: bool = False,
+              pull: bool = False) -> HostHealth:
     """Connect to the host and read every Triton server on it: the ones Docker has and the ones the inventory
     places there. ``previous``: also read each server's rollback target from its host record; ``watchdog``:
-    also the watchdog's state file (:func:`watchdog_state`)."""
+    also the watchdog's state file (:func:`watchdog_state`); ``pull``: also pull mode's (:func:`pull_state`).
+    The state files asked for are read in one command (:func:`state_files`)."""
     placed = placements(name, data)
     expected = {p.name: p.http_port for p in placed.values()}
     started = time.monotonic()
@@ -158,8 +163,10 @@ def read_host(name: str, data: dict, *, previous: bool = False, watchdog: bool =
             servers.append(ServerHealth(name, server, port, c, docker_error, ready, models,
                                         previous_record(session, server) if previous else None,
                                         placed=p is not None, loads=p.models if p is not None else None))
-        health = HostHealth(name, servers, docker_error=docker_error,
-                            watchdog=watchdog_state(session) if watchdog else None)
+        states = iter(state_files(session, *([_watchdog_file()] if watchdog else []),
+                                  *([hc.PULL_STATE_FILE] if pull else [])))
+        health = HostHealth(name, servers, docker_error=docker_error, watchdog=next(states) if watchdog else None,
+                            pull=next(states) if pull else None)
         logger.debug("%s: %s in %.1fs", name, "serving" if health.serving else health.seen(),
                      time.monotonic() - started)
         return health
@@ -206,17 +213,58 @@ def ask_triton(session: Session, addr: str, port: str, header: str) -> tuple[boo
         return ready, None
 
 
+def _watchdog_file() -> str:
+    from tritonfleet.agent.watchrun import STATE_FILE
+
+    return STATE_FILE
+
+
 def watchdog_state(session: Session) -> dict | None:
     """The watchdog's last pass and recent actions (its state file, read as root); None when the host has no
     watchdog, or the file cannot be read as the JSON object it writes."""
-    from tritonfleet.agent.watchrun import STATE_FILE
+    (state,) = state_files(session, _watchdog_file())
+    return state
 
-    rc, out, _ = session.run(f"cat {shlex.quote(STATE_FILE)}", root=True)
+
+def pull_state(session: Session) -> dict | None:
+    """Pull mode's view of the host (:data:`tritonfleet.hostcontract.PULL_STATE_FILE`: the release it serves,
+    the one its pointer names, the last check, the last error), read as root; None when the host does not pull,
+    or the file cannot be read as the JSON object the agent writes."""
+    (state,) = state_files(session, hc.PULL_STATE_FILE)
+    return state
+
+
+#: The line :func:`state_files` puts before each file (no line of a JSON file is this: a string holds no newline).
+_FILE_MARK = "@@file"
+
+
+def state_files(session: Session, *paths: str) -> list[dict | None]:
+    """The JSON-object state files at ``paths``, in their order, read as root in one command (none for no
+    path): one ``cat`` for one path, else each after a line of its own, so that a host without one of them
+    still gives the others. None for a file the host does not have, that could not be read, or that is not
+    a JSON object (a half-written one); all None when the command failed (sudo refused) or its output is not
+    that of the files in turn."""
+    if not paths:
+        return []
+    if len(paths) == 1:
+        rc, out, _ = session.run(f"cat {shlex.quote(paths[0])}", root=True)
+        return [_json_object(out) if rc == 0 else None]
+    rc, out, _ = session.run("; ".join(
+        f"printf '\\n{_FILE_MARK}\\n'; cat {shlex.quote(p)} 2>/dev/null || true" for p in paths),
+        root=True)
+    parts = out.split(f"\n{_FILE_MARK}\n")
+    if rc != 0 or len(parts) != len(paths) + 1 or parts[0]:
+        logger.debug("%s: state files not read (rc %d, %d part(s))", session.name, rc, len(parts))
+        return [None] * len(paths)
+    return [_json_object(part) for part in parts[1:]]
+
+
+def _json_object(text: str) -> dict | None:
     try:
-        state = json.loads(out) if rc == 0 else None
+        value = json.loads(text)
     except ValueError:
         return None
-    return state if isinstance(state, dict) else None
+    return value if isinstance(value, dict) else None
 
 
 def previous_record(session: Session, server: str) -> hc.ServerRecord | None:

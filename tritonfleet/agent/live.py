@@ -236,6 +236,13 @@ class Live:
         self.outcome = Outcome()
         self.repaired: list[str] = []  # models whose damaged files the new version puts right: loaded again
 
+    def reset(self) -> None:
+        """Forget the last sync's reload (its outcome, the servers found running): a resident agent (``pull``)
+        keeps one ``Live``, and its clients, for every sync."""
+        self.running = []
+        self.outcome = Outcome()
+        self.repaired = []
+
     def bound(self, models: int) -> float:
         """Seconds the reload may take at most: each server's readiness wait, then a load (and, for a
         rollback, a second one) of each changed model, each call bounded by its own timeout."""

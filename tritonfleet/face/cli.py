@@ -108,6 +108,7 @@ def _register() -> None:
     # `tritonfleet --help` complete while each module stays importable on its own.
     from tritonfleet.face.compat import compat
     from tritonfleet.face.fleet import fleet
+    from tritonfleet.face.models import models
     from tritonfleet.face.monitoring import monitoring
     from tritonfleet.face.plan import plan
     from tritonfleet.face.qa import qa
@@ -123,6 +124,7 @@ def _register() -> None:
     main.add_command(monitoring)
     main.add_command(plan)
     main.add_command(compat)
+    main.add_command(models)
 
 
 _register()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -103,9 +104,58 @@ def watchdog_cell(state: dict | None, server: str, now: float) -> str:
             f"{_ago(now - float(last.get('at') or 0))} ago")
 
 
+#: A pull state whose last check is older than this many intervals (and at least :data:`STALE_PULL_SECONDS`)
+#: is stale: the agent stopped checking.
+STALE_PULL_INTERVALS = 10
+STALE_PULL_SECONDS = 60.0
+#: The last error in the release column, at most this many characters of its first line.
+PULL_ERROR_WIDTH = 60
+
+
+def _number(value: Any, default: float | None) -> float | None:
+    """``value`` as a finite number, else ``default`` (a state file is the host's: nothing in it may stop the
+    table)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return number if math.isfinite(number) else default
+
+
+def _short(text: Any, width: int) -> str:
+    lines = str(text).strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
+def release_cell(state: dict | None, now: float) -> str:
+    """The release column of a host, from its pull state (:data:`tritonfleet.hostcontract.PULL_STATE_FILE`,
+    the format of ``tritonfleet-agent pull``): ``-`` (the host does not pull); ``stale (last check 10m00s
+    ago; serving v2)`` when the last check is older than max(60 s, 10 intervals) (the agent stopped); else the
+    release it serves (``none yet`` before the first), then ``-> v3 failing x4: <last error>`` or ``-> v3
+    syncing`` when the pointer names another one, ``(failing x4: <last error>)`` when the pointer could not be
+    read, ``(checked 3s ago)`` when all is well."""
+    if not state:
+        return "-"
+    release, pointed = state.get("release") or None, state.get("pointed") or None
+    last = _number(state.get("last_check"), None)
+    interval = _number(state.get("interval"), None) or 0.0  # unsaid: the minute (the agent's 2 s give 20 s)
+    if last is None or now - last > max(STALE_PULL_SECONDS, STALE_PULL_INTERVALS * interval):
+        when = f"last check {_ago(now - last)} ago" if last is not None else "no check yet"
+        return f"stale ({when}; serving {release})" if release else f"stale ({when})"
+    served = str(release) if release else "none yet"
+    failures = int(_number(state.get("failures"), 0) or 0)
+    failing = f"failing x{failures}: {_short(state.get('last_error') or '?', PULL_ERROR_WIDTH)}"
+    if pointed is not None and pointed != release:
+        return f"{served} -> {pointed} " + (failing if failures > 0 else "syncing")
+    if failures > 0:
+        return f"{served} ({failing})"
+    return served if release is None else f"{served} (checked {_ago(now - last)} ago)"
+
+
 def host_rows(data: dict, health: HostHealth, *, previous: bool = False) -> list[dict[str, Any]]:
     """One row per server of the host, or one row saying why there is none; with the watchdog's column when the
-    host has a watchdog."""
+    host has a watchdog, the release column when it pulls its models (:func:`release_cell`)."""
     if health.error is not None:
         return [{"host": health.host, "error": health.error, "serving": False}]
     rows = []
@@ -116,6 +166,8 @@ def host_rows(data: dict, health: HostHealth, *, previous: bool = False) -> list
             row["previous"] = _previous(s.previous)
         if health.watchdog is not None:
             row["watchdog"] = watchdog_cell(health.watchdog, s.server, now)
+        if health.pull is not None:
+            row["release"] = release_cell(health.pull, now)
         rows.append(row)
     return rows
 
@@ -155,7 +207,7 @@ def host_status(name: str, data: dict, *, previous: bool = False) -> list[dict[s
     balancer's are its view of the backends (:func:`balancer_rows`)."""
     if is_balancer(data):
         return balancer_rows(name, data)
-    return host_rows(data, read_host(name, data, previous=previous, watchdog=True), previous=previous)
+    return host_rows(data, read_host(name, data, previous=previous, watchdog=True, pull=True), previous=previous)
 
 
 def fleet_status(inventory: str | Path, *, previous: bool = False, exporters: bool = False,
@@ -180,11 +232,27 @@ def fleet_status(inventory: str | Path, *, previous: bool = False, exporters: bo
     return rows
 
 
+def served_releases(inventory: str | Path) -> dict[str, dict | None]:
+    """Host name -> its pull state (:func:`tritonfleet.access.health.pull_state`: ``release`` served,
+    ``pointed``, ``last_check``, ``failures``, ``last_error``...) for every host of the inventory but the load
+    balancers, read as ``tritonfleet status`` reads them (:func:`tritonfleet.access.health.read_host`, 16 at a
+    time), for a release rollout to poll. None for a host that does not pull, cannot be reached or whose file
+    cannot be read."""
+    hosts = [(name, data) for name, data in load_inventory(inventory) if not is_balancer(data)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        seen = list(pool.map(lambda hd: read_host(*hd, pull=True), hosts))
+    for h in seen:
+        if h.unreachable:
+            logger.debug("%s: no pull state: %s", h.host, h.unreachable)
+    return {h.host: h.pull for h in seen}
+
+
 def print_status(rows: list[dict[str, Any]], *, previous: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
     cols = COLUMNS + (["previous"] if previous else []) + (["watchdog"] if any("watchdog" in r for r in rows) else []) \
+        + (["release"] if any("release" in r for r in rows) else []) \
         + (["exporters"] if rows and "exporters" in rows[0] else [])
     table = Table(title="tritonfleet status")
     for col in cols:
