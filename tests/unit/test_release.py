@@ -175,7 +175,7 @@ def test_parse_pointer_reads_the_first_non_blank_line(body, expected):
 
 @pytest.mark.parametrize("body,why", [
     ("", "empty"), ("  \n\n", "empty"), ("# released by alice\nv2\n", "expected a release"),
-    ("../v1\n", "expected a release"), ("RELEASE.canary\n", "names a pointer"),
+    ("../v1\n", "expected a release"), ("RELEASE.canary\n", "is a pointer, not a release"),
     ("v2" + " " * 1023, "at most 1024"), (b"\xff\xfe v2\n", "not UTF-8"),
     ("s3://other-bucket/v2\n", "is not below the release root"),
 ])

@@ -513,10 +513,10 @@ def inventory(tmp_path: Path, root: str = ROOT) -> str:
 
 
 def test_cli_rolls_a_release_out(tmp_path, s3, monkeypatch):
-    from tritonfleet.face import status
+    from tritonfleet.access import health
 
     fleet = FakeFleet(s3, lambda: 0.0, {"c1": "canary", "c2": "canary", "r1": None, "r2": None}, delay=0)
-    monkeypatch.setattr(status, "served_releases", lambda inv: fleet.read())
+    monkeypatch.setattr(health, "served_releases", lambda inv: fleet.read())
     inv = inventory(tmp_path)
     result = CliRunner().invoke(cli, ["models", "rollout", "v2", "-i", inv, "--region", "us-east-1",
                                       "--reports-dir", str(tmp_path / "reports")])

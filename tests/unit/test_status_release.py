@@ -1,6 +1,6 @@
 """``tritonfleet status``'s release column (tritonfleet/face/status.py): what a host's pull state
 (``tritonfleet-agent pull``'s state file, tritonfleet.hostcontract.PULL_STATE_FILE) says, the rows and the printed
-table; and :func:`tritonfleet.face.status.served_releases`, which a release rollout polls."""
+table; and :func:`tritonfleet.access.health.served_releases`, which a release rollout polls."""
 
 from __future__ import annotations
 
@@ -103,18 +103,28 @@ def test_host_status_asks_for_the_pull_state(monkeypatch):
 
 
 def test_served_releases_gives_each_triton_hosts_pull_state(monkeypatch, tmp_path):
+    from tritonfleet.access import health
+
     inv = tmp_path / "inv.py"
     inv.write_text("hosts = [('a', {'ssh_hostname': '10.0.0.1'}), ('b', {'ssh_hostname': '10.0.0.2'}),"
                    " ('c', {'ssh_hostname': '10.0.0.3'})]\n"
                    "lb = [('lb1', {'ssh_hostname': '10.0.0.9', 'instance_type': 'c6i.large'})]\n")
     asked = []
 
-    def read_host(name, data, **kwargs):
-        asked.append((name, kwargs))
-        if name == "c":
-            return HostHealth(name, unreachable="ssh: timed out")
-        return HostHealth(name, [_server("triton")], pull=_pull(release=name) if name == "a" else None)
+    class Session:
+        def __init__(self, name):
+            self.name = name
 
-    monkeypatch.setattr(status, "read_host", read_host)
-    assert status.served_releases(inv) == {"a": _pull(release="a"), "b": None, "c": None}
-    assert sorted(asked) == [(h, {"pull": True}) for h in "abc"]  # not the load balancer
+        def close(self):
+            pass
+
+    def connect(name, data):
+        asked.append(name)
+        if name == "c":
+            raise health.HostUnreachable("ssh: timed out")
+        return Session(name)
+
+    monkeypatch.setattr(health, "connect", connect)
+    monkeypatch.setattr(health, "pull_state", lambda session: _pull(release="a") if session.name == "a" else None)
+    assert health.served_releases(str(inv)) == {"a": _pull(release="a"), "b": None, "c": None}
+    assert sorted(asked) == list("abc")  # not the load balancer

@@ -292,3 +292,43 @@ def placements(name: str, data: dict) -> dict[str, Placement]:
     except ConfigError:
         return {}
     return {p.name: p for p in cfg.triton.placements}
+
+
+def is_balancer(data: dict) -> bool:
+    """A host of a general-purpose instance type (no accelerator) runs no Triton: preflight accepts it only
+    in the lb group, where roles/lb.py runs HAProxy on it."""
+    from tritonfleet import catalog
+
+    try:
+        return not catalog.get(str(data.get("instance_type", ""))).has_accelerator
+    except (KeyError, ValueError):
+        return False
+
+
+def read_pull_state(name: str, data: dict) -> dict | None:
+    """One host's pull state (:func:`pull_state`): one SSH session, one command; None when the host cannot be
+    reached, does not pull or its file cannot be read."""
+    try:
+        session = connect(name, data)
+    except HostUnreachable as exc:
+        logger.debug("%s: no pull state: %s", name, exc)
+        return None
+    try:
+        return pull_state(session)
+    finally:
+        session.close()
+
+
+def served_releases(inventory: str) -> dict[str, dict | None]:
+    """Host name -> its pull state (``release`` served, ``pointed``, ``last_check``, ``failures``,
+    ``last_error``...) for every host of the inventory but the load balancers, 16 at a time: what a release
+    rollout polls (one command per host). None for a host that does not pull, cannot be reached or whose file
+    cannot be read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tritonfleet.access.inventory import load_inventory
+
+    hosts = [(name, data) for name, data in load_inventory(inventory) if not is_balancer(data)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        states = list(pool.map(lambda hd: read_pull_state(*hd), hosts))
+    return {name: state for (name, _), state in zip(hosts, states, strict=True)}

@@ -45,7 +45,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from typing import Any
 
 from .remote import make_client
 from .sync import Options, Result, run
+from .watchdog import escape_label, write_textfile
 
 logger = logging.getLogger(__name__)
 
@@ -146,21 +146,17 @@ class State:
             return cls()
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def metrics_text(s: State) -> str:
     """The textfile for node_exporter."""
     lines = ["# HELP tritonfleet_models_release_info The release the host's model repository serves (pull mode).",
              "# TYPE tritonfleet_models_release_info gauge"]
     if s.release:
-        lines.append(f'tritonfleet_models_release_info{{release="{_label(s.release)}",'
-                     f'pointer="{_label(s.pointer or POINTER)}"}} 1')
+        lines.append(f'tritonfleet_models_release_info{{release="{escape_label(s.release)}",'
+                     f'pointer="{escape_label(s.pointer or POINTER)}"}} 1')
     lines += ["# HELP tritonfleet_models_release_pointed_info The release the pointer in effect names.",
               "# TYPE tritonfleet_models_release_pointed_info gauge"]
     if s.pointed:
-        lines.append(f'tritonfleet_models_release_pointed_info{{release="{_label(s.pointed)}"}} 1')
+        lines.append(f'tritonfleet_models_release_pointed_info{{release="{escape_label(s.pointed)}"}} 1')
     behind = int(bool(s.pointed) and s.pointed != s.release)
     lines += ["# HELP tritonfleet_models_release_behind 1 while the pointer names a release the host does not serve.",
               "# TYPE tritonfleet_models_release_behind gauge", f"tritonfleet_models_release_behind {behind}",
@@ -173,24 +169,6 @@ def metrics_text(s: State) -> str:
         if value is not None:
             lines.append(f"{metric} {value:.3f}")
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: str, text: str) -> None:
-    """``text`` to ``path`` through a temporary file in its directory renamed over it, mode 0644 (no fsync: it
-    is rewritten every check, and a lost one is harmless)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            os.fchmod(f.fileno(), 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 @dataclass
@@ -369,9 +347,9 @@ class Watcher:
         """The state file and the textfile (each only where given); a write that fails is logged, not fatal."""
         try:
             if self.state_path:
-                write_atomic(self.state_path, json.dumps(asdict(self.state), sort_keys=True) + "\n")
+                write_textfile(self.state_path, json.dumps(asdict(self.state), sort_keys=True) + "\n", durable=False)
             if self.textfile_dir:
-                write_atomic(os.path.join(self.textfile_dir, TEXTFILE), metrics_text(self.state))
+                write_textfile(os.path.join(self.textfile_dir, TEXTFILE), metrics_text(self.state), durable=False)
         except OSError as exc:
             logger.warning("cannot write the pull state: %s", exc)
 

@@ -419,16 +419,18 @@ def textfile(counts: Mapping[tuple[str, str, str], int], last_run: float) -> str
     return "\n".join(lines) + "\n"
 
 
-def write_textfile(path: str, text: str) -> None:
+def write_textfile(path: str, text: str, *, durable: bool = True) -> None:
     """Write ``text`` to ``path`` atomically (node_exporter never reads half a file): a temporary file in the
-    same directory, fsynced, mode 0644, renamed over ``path``."""
+    same directory, fsynced (unless not ``durable``: a file rewritten every few seconds, where a lost one is
+    harmless), mode 0644, renamed over ``path``."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
             os.fchmod(f.fileno(), 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonfleet import hostcontract as hc
-from tritonfleet.access.health import HostHealth, ServerHealth, read_host
+from tritonfleet.access.health import HostHealth, ServerHealth, is_balancer, read_host
 from tritonfleet.access.inventory import load_inventory
 from tritonfleet.access.ssh import HostUnreachable
 
@@ -172,17 +172,6 @@ def host_rows(data: dict, health: HostHealth, *, previous: bool = False) -> list
     return rows
 
 
-def is_balancer(data: dict) -> bool:
-    """A host of a general-purpose instance type (no accelerator) runs no Triton: preflight accepts it only
-    in the lb group, where roles/lb.py runs HAProxy on it."""
-    from tritonfleet import catalog
-
-    try:
-        return not catalog.get(str(data.get("instance_type", ""))).has_accelerator
-    except (KeyError, ValueError):
-        return False
-
-
 def balancer_rows(name: str, data: dict, **haproxy: Any) -> list[dict[str, Any]]:
     """The balancer's view, one row per backend server: state (up, draining, down, maint), weight and current
     sessions, read over its Runtime API (:class:`tritonfleet.fleet.haproxy.HAProxy`; ``haproxy``: its
@@ -230,21 +219,6 @@ def fleet_status(inventory: str | Path, *, previous: bool = False, exporters: bo
         for r in rows:
             r["exporters"] = failed or exporters_cell(state.get(r["host"], {}))
     return rows
-
-
-def served_releases(inventory: str | Path) -> dict[str, dict | None]:
-    """Host name -> its pull state (:func:`tritonfleet.access.health.pull_state`: ``release`` served,
-    ``pointed``, ``last_check``, ``failures``, ``last_error``...) for every host of the inventory but the load
-    balancers, read as ``tritonfleet status`` reads them (:func:`tritonfleet.access.health.read_host`, 16 at a
-    time), for a release rollout to poll. None for a host that does not pull, cannot be reached or whose file
-    cannot be read."""
-    hosts = [(name, data) for name, data in load_inventory(inventory) if not is_balancer(data)]
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        seen = list(pool.map(lambda hd: read_host(*hd, pull=True), hosts))
-    for h in seen:
-        if h.unreachable:
-            logger.debug("%s: no pull state: %s", h.host, h.unreachable)
-    return {h.host: h.pull for h in seen}
 
 
 def print_status(rows: list[dict[str, Any]], *, previous: bool = False) -> None:

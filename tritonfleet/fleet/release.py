@@ -13,8 +13,9 @@ per pointer (atomic in S3). A fleet release writes ``RELEASE`` and then rewrites
 ``RELEASE.<group>`` with the same body, so the groups follow the fleet again; a group release writes only its
 own pointer. A host whose group has no pointer follows ``RELEASE``.
 
-:func:`parse_pointer` and the rules it applies (the regular expressions below) are shared with the host agent
-(``tritonfleet-agent pull``), which keeps a copy: they stay pure, standard library only (Python 3.9).
+What a release name may be is the host agent's rule (:func:`tritonfleet.agent.pull.parse_pointer`, which
+``tritonfleet-agent pull`` reads pointers with): :func:`parse_pointer` and :func:`check_relative` apply it, so the
+controller never writes a pointer the hosts refuse.
 The S3 calls take any boto3 S3 client; :func:`client` makes one with the fleet's retries. Every failure is a
 :class:`ReleaseError`, one line that names the object and says what to do.
 """
@@ -31,6 +32,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
+from tritonfleet.agent import pull
 from tritonfleet.fleet import aws
 from tritonfleet.fleet.tags import FleetError
 
@@ -39,16 +41,11 @@ logger = logging.getLogger(__name__)
 #: The fleet pointer's name; a group's is ``RELEASE.<group>`` (names relative to the release root).
 POINTER = "RELEASE"
 #: Bytes a pointer's body may have.
-MAX_BODY = 1024
+MAX_BODY = pull.POINTER_LIMIT
 #: A release root: ``s3://BUCKET[/PREFIX]`` (the bucket as the models role's ``models_s3_uri`` accepts it).
 ROOT_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>\S*))?$")
 #: A host group's name (``RELEASE.<group>``, host data ``models_pull_group``).
 GROUP_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-#: One component of a release name: letters, digits, ``. _ -``, and neither ``.`` nor ``..``.
-COMPONENT_RE = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]+$")
-#: A release name relative to the root: components joined by ``/`` (no leading, no empty one), the first not
-#: starting with ``RELEASE`` (a pointer's name).
-RELEASE_RE = re.compile(r"^(?!RELEASE)(?!\.{1,2}(?:/|$))[A-Za-z0-9._-]+(?:/(?!\.{1,2}(?:/|$))[A-Za-z0-9._-]+)*$")
 #: The ContentType of a pointer object.
 CONTENT_TYPE = "text/plain"
 #: Model directories :func:`check_release` looks into for a ``config.pbtxt`` before it refuses the release.
@@ -133,9 +130,13 @@ def group_of(name: str) -> str | None:
 
 
 def check_relative(name: str) -> str:
-    """``name`` when it is a release relative to the root; ReleaseError (saying why) otherwise."""
-    if RELEASE_RE.match(name):
-        return name
+    """``name`` when it is a release relative to the root, by the host agent's rule (what the hosts accept);
+    ReleaseError (saying why) otherwise."""
+    try:
+        if "\n" not in name and pull.parse_pointer(name.encode(), "", "") == name:
+            return name
+    except pull.PointerError:
+        pass
     if name.split("/")[0].startswith(POINTER):
         raise ReleaseError(f"release {name!r} names a pointer ({POINTER}...), not a release: expected a release "
                            f"{_EXAMPLE}")
@@ -187,23 +188,19 @@ def pointer_body(release: str, now: datetime | float, who: str) -> str:
 
 
 def parse_pointer(body: str | bytes, root: str | None = None) -> str:
-    """The release a pointer's ``body`` names, relative to the release root: its first non-blank line,
-    stripped; a full ``s3://`` URI in it is made relative to ``root`` (needed then). ReleaseError when the body is
-    no pointer (over :data:`MAX_BODY` bytes, not UTF-8, empty, naming no release)."""
+    """The release a pointer's ``body`` names, relative to the release root, by the host agent's own rule
+    (:func:`tritonfleet.agent.pull.parse_pointer`: what the hosts will read): its first non-blank line, stripped;
+    a full ``s3://`` URI in it is made relative to ``root`` (needed then). ReleaseError when the body is no
+    pointer (over :data:`MAX_BODY` bytes, not UTF-8, empty, naming no release)."""
     data = body.encode("utf-8", "surrogateescape") if isinstance(body, str) else bytes(body)
-    if len(data) > MAX_BODY:
-        raise ReleaseError(f"the pointer has {len(data)} bytes (at most {MAX_BODY}): not a release pointer")
+    if root is None and data.lstrip().startswith(b"s3://"):
+        raise ReleaseError("the pointer names a full URI: it is read against its release root")
+    bucket, prefix = parse_root(root) if root is not None else ("", "")
+    prefix = prefix.strip("/")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ReleaseError("the pointer is not UTF-8 text: not a release pointer") from None
-    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
-    if not line:
-        raise ReleaseError("the pointer is empty: its first line names the release, e.g. v2")
-    if line.startswith("s3://") and root is None:
-        raise ReleaseError(f"the pointer names {line}, a full URI: it is read against its release root")
-    return relative_release(root, line) if root is not None and line.startswith("s3://") else \
-        check_relative(line.rstrip("/") if line.endswith("/") else line)
+        return pull.parse_pointer(data, bucket, f"{prefix}/" if prefix else "")
+    except pull.PointerError as exc:
+        raise ReleaseError(str(exc)) from None
 
 
 def default_who() -> str:

@@ -37,7 +37,7 @@ wait (the release is out). Every refusal and failure is one line (:class:`Releas
 :class:`tritonfleet.fleet.release.ReleaseError`).
 
 Everything outside is injected (:class:`ReleaseRollout`, :func:`main`): the S3 client, the reader of the hosts'
-pull states (default :func:`tritonfleet.face.status.served_releases`), the QA runner, the gates' evaluate and
+pull states (default :func:`tritonfleet.access.health.served_releases`), the QA runner, the gates' evaluate and
 the clock and sleep.
 """
 
@@ -220,8 +220,8 @@ def plan(opts: Options, hosts: list[tuple[str, dict]]) -> Plan:
 def load_hosts(inventory: str) -> list[tuple[str, dict]]:
     """The inventory's Triton hosts: every host but the ``lb`` group's and those without an accelerator (as
     ``tritonfleet status`` and the rollout leave them out)."""
+    from tritonfleet.access.health import is_balancer
     from tritonfleet.access.inventory import load_inventory_groups
-    from tritonfleet.face.status import is_balancer
     from tritonfleet.fleet.haproxy import GROUP
 
     everyone, members = load_inventory_groups(inventory)
@@ -694,7 +694,7 @@ def main(opts: Options, *, hosts: list[tuple[str, dict]] | None = None, s3: Any 
         raise ReleaseRolloutError(f"{QA_DEPLOY}: no such file below {opts.project} (run from the project checkout, "
                                   "or pass --no-qa)")
     if read_states is None:
-        from tritonfleet.face.status import served_releases
+        from tritonfleet.access.health import served_releases
 
         inventory = opts.inventory
         read_states = lambda: served_releases(inventory)  # noqa: E731
