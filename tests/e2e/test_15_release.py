@@ -206,8 +206,12 @@ def test_the_agent_killed_mid_sync_is_restarted_and_finishes_the_release(pulled)
     ssh(OTHER, "systemctl kill -s KILL tritonfleet-models-pull")
     assert answer(OTHER) == ANSWER["v2"]  # current is still the complete v2
     serving(HOSTS, "v4", deadline=90)
-    after = ssh(OTHER, "systemctl show -p MainPID --value tritonfleet-models-pull").stdout.strip()
-    assert after not in ("0", pid)
+
+    def main_pid() -> str | None:  # "0" while systemd waits its RestartSec before starting it again
+        now = ssh(OTHER, "systemctl show -p MainPID --value tritonfleet-models-pull").stdout.strip()
+        return now if now not in ("0", pid) else None
+
+    poll("the agent started again by systemd", main_pid, 30, interval=0.5)
     assert state(OTHER)["release"] == "v4" and state(OTHER)["failures"] == 0
     left = ssh(OTHER, "ls -a /opt/tritonfleet/models/versions").stdout.split()
     assert not [d for d in left if d.startswith(".staging")], left
