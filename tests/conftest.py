@@ -13,9 +13,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
 import os
+import shutil
 import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +49,11 @@ LAYERS = {
 # GroupScheduling below does the grouping: xdist 3.8's own `xdist_group` marks have no effect under pytest 9.2
 # (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
 XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "host", "sandbox": "fleet", "e2e": "fleet"}
+# The e2e files that run on a second fleet worker ("fleet2"), beside the first: each uses only hosts no other e2e
+# file touches (tests/e2e/conftest.py's ``scratch2``) and state of its own (its S3 prefix, its inventories), so
+# the two streams share the fleet's bring-up (one ``up`` under the sandbox's lock, the machine's baseline taken
+# once: ``run_dir``) and nothing else. The teardown tests wait for this stream to end (``wait_for_groups``).
+E2E_SECOND_FILES = {"test_04_faults.py", "test_07_models.py"}
 # Of the sandbox layer, only these files touch the machine's sandbox state (its state dir, machines, bridge and
 # ports) and so run on the fleet worker after the e2e tests; the other builders' tests (images, packages,
 # repositories, the PyPI index, IMDS) work in temporary directories and on loopback, and run on the host
@@ -73,6 +85,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     config.pluginmanager.register(TeardownLast(), "tritonfleet-teardown-last")
     config.pluginmanager.register(GroupTimes(), "tritonfleet-group-times")
+    config.pluginmanager.register(GroupsDone(), "tritonfleet-groups-done")
+    if getattr(config, "workerinput", None) is None and getattr(config.option, "testrunuid", "set") is None:
+        # xdist's own, made here so that the controller knows the workers' run_dir (it removes it at the end)
+        config.option.testrunuid = uuid.uuid4().hex
 
 
 def in_ci() -> bool:
@@ -130,7 +146,70 @@ def xdist_group_of(nodeid: str) -> str:
     layer = layer_of(path) or ""
     if layer == "sandbox" and path.name not in SANDBOX_FLEET_FILES:
         return "host"
+    if layer == "e2e" and path.name in E2E_SECOND_FILES:
+        return "fleet2"
     return XDIST_GROUPS.get(layer, "host")
+
+
+def run_dir(config: pytest.Config) -> Path:
+    """A directory shared by every worker of this pytest run (xdist's ``testrunuid``), or one of this process's
+    own in a run without workers: where workers leave what the others wait for."""
+    workerinput = getattr(config, "workerinput", None)
+    uid = workerinput["testrunuid"] if workerinput else getattr(config.option, "testrunuid", None)
+    path = Path(tempfile.gettempdir()) / f"tritonfleet-pytest-{uid or f'pid{os.getpid()}'}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def run_lock(config: pytest.Config, name: str) -> Iterator[None]:
+    """One worker of this run at a time in the block (``flock`` on a file of ``run_dir``)."""
+    with open(run_dir(config) / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+#: how long the teardown tests wait for the other fleet worker's tests to end (they take the fleet down)
+GROUP_WAIT_S = 1500
+
+
+def wait_for_groups(item: pytest.Item, timeout: float = GROUP_WAIT_S) -> None:
+    """On an xdist worker, wait until every other worker that runs e2e tests has ended (its ``<group>.done`` in
+    ``run_dir``, written when its session finishes); bounded by ``timeout``, then the test fails saying so."""
+    if getattr(item.config, "workerinput", None) is None:
+        return  # one process runs every test in order: the others are done by now (TeardownLast)
+    mine = xdist_group_of(item.nodeid)
+    others = {xdist_group_of(i.nodeid) for i in item.session.items if i.get_closest_marker("e2e") is not None}
+    others.discard(mine)
+    deadline = time.monotonic() + timeout
+    for group in sorted(others):
+        done = run_dir(item.config) / f"{group}.done"
+        while not done.exists():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the e2e tests of worker group {group} did not end within {timeout:.0f} s; the "
+                            f"fleet is left up for them (the next `sandbox up` cleans it)", pytrace=False)
+            time.sleep(1)
+
+
+class GroupsDone:
+    """A worker writes ``<group>.done`` in ``run_dir`` for each group it ran tests of, when its session ends."""
+
+    def __init__(self) -> None:
+        self.ran: set[str] = set()
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self.ran.add(xdist_group_of(nodeid))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if getattr(session.config, "workerinput", None) is None:
+            shutil.rmtree(run_dir(session.config), ignore_errors=True)  # the controller, at the very end
+            return
+        for group in self.ran:
+            (run_dir(session.config) / f"{group}.done").touch()
 
 
 class TeardownLast:
@@ -149,6 +228,13 @@ class TeardownLast:
         last_e2e = max((n for n, i in enumerate(rest) if i.get_closest_marker("e2e") is not None),
                        default=len(rest) - 1)
         items[:] = rest[:last_e2e + 1] + down + rest[last_e2e + 1:]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Under xdist another worker may still run e2e tests on the fleet (``E2E_SECOND_FILES``): a teardown
+        test waits for it first."""
+        if item.get_closest_marker("teardown") is not None:
+            wait_for_groups(item)
 
 
 _RENICED: list[bool] = []

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
 import pytest
 
+from tests.conftest import run_dir, run_lock
 from tritonfleet.sandbox import fleet
 
 # One fleet for the whole session; tests pick hosts by role name.
@@ -19,6 +21,8 @@ FLEET = [
     fleet.HostSpec("inf1.xlarge", name="legacy", preinstall=["aws-neuron-dkms", "aws-neuron-runtime"]),
     fleet.HostSpec("inf2.xlarge", name="nodrv", driver_creates_devices=False),
     fleet.HostSpec("inf2.xlarge", name="scratch"),
+    # the second fleet worker's host (tests/conftest.py: E2E_SECOND_FILES): no other e2e file touches it
+    fleet.HostSpec("inf2.xlarge", name="scratch2"),
     fleet.HostSpec(fleet.LB_TYPE, name="lb"),  # the load balancer: general purpose, no accelerator (test_lb.py)
 ]
 
@@ -39,9 +43,16 @@ def machine_baseline() -> dict:
 
 
 @pytest.fixture(scope="session")
-def baseline():
-    """The machine's state before the sandbox came up (compared after `down`)."""
-    return machine_baseline()
+def baseline(request):
+    """The machine's state before the sandbox came up (compared after `down`). Under xdist two workers run e2e
+    tests: the first to get here takes it, before any ``up`` of this run, and the other reads the same."""
+    path = run_dir(request.config) / "baseline.json"
+    with run_lock(request.config, "baseline"):
+        if path.exists():
+            return json.loads(path.read_text())
+        taken = machine_baseline()
+        path.write_text(json.dumps(taken))
+        return taken
 
 
 @pytest.fixture(scope="session")

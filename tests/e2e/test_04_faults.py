@@ -14,7 +14,7 @@ from tests.e2e.helpers import COPY_MODE, host_ip, pyinfra, ssh, write_inventory
 from tests.e2e.test_01_sandbox import _check_add_sub
 from tritonfleet.sandbox import fleet
 
-HOST = "scratch"
+HOST = "scratch2"  # its own host: this file runs on the second fleet worker (tests/conftest.py)
 SAMPLES = fleet.SAMPLES
 
 

@@ -20,7 +20,7 @@ from tests.faults import Hang
 from tritonfleet.sandbox import fleet, neffgen
 from tritonfleet.sandbox.layout import BRIDGE_IP, logs_dir
 
-HOST = "scratch"
+HOST = "scratch2"  # its own host: this file runs on the second fleet worker (tests/conftest.py)
 ADD_SUB = (fleet.SAMPLES / "add_sub/1/model.py").read_text()
 CONFIG = (fleet.SAMPLES / "add_sub/config.pbtxt").read_text()
 V2 = ADD_SUB.replace("(in0 + in1)", "(in0 + in1 + 100)")

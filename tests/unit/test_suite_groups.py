@@ -19,3 +19,79 @@ def test_node_ids_are_grouped_by_their_files_layer():
     assert split("tests/e2e/test_teardown.py::test_z[a::b]") == split("tests/e2e/test_01_sandbox.py::t")
     assert split("tests/unit/test_rollout.py::t") == split("tests/fake/test_roles.py::t") \
         == split("tests/genmodel/test_cli.py::t") != split("tests/e2e/test_01_sandbox.py::t")
+
+
+def _named_hosts(path, names: set[str]) -> set[str]:
+    """The sandbox host names a test file spells out as string constants."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
+
+
+def test_the_second_fleet_workers_files_use_hosts_no_other_e2e_file_names():
+    """The two fleet workers run at once: the second one's files (E2E_SECOND_FILES) must not touch a host the
+    other e2e files use (a reset or deploy there would pull a host from under a running test)."""
+    from tests.e2e.conftest import FLEET
+
+    names = {spec.name for spec in FLEET}
+    e2e = conftest.TESTS / "e2e"
+    files = sorted(e2e.glob("test_*.py"))
+    assert {f.name for f in files} >= conftest.E2E_SECOND_FILES
+    second = set().union(*(_named_hosts(f, names) for f in files if f.name in conftest.E2E_SECOND_FILES))
+    first = set().union(*(_named_hosts(f, names) for f in files if f.name not in conftest.E2E_SECOND_FILES))
+    assert second, "the second fleet worker's files name no host of their own"
+    assert not second & first, f"hosts used by both fleet workers: {sorted(second & first)}"
+    for name in conftest.E2E_SECOND_FILES:
+        assert conftest.xdist_group_of(f"tests/e2e/{name}::t") == "fleet2"
+        assert conftest.xdist_group_of(f"tests/e2e/{name}::t") != conftest.xdist_group_of("tests/e2e/test_teardown.py::t")
+
+
+class _Item:
+    """What ``wait_for_groups`` reads of a pytest item: its node id, markers, the session's items, the config."""
+
+    def __init__(self, nodeid, config, session=None, marks=("e2e",)):
+        self.nodeid, self.config, self.session, self._marks = nodeid, config, session, marks
+
+    def get_closest_marker(self, name):
+        return name if name in self._marks else None
+
+
+def test_a_teardown_test_waits_for_the_other_fleet_worker_and_fails_in_one_line_past_its_bound(tmp_path, monkeypatch):
+    import threading
+    import time
+    import types
+
+    import pytest
+
+    monkeypatch.setattr(conftest.tempfile, "gettempdir", lambda: str(tmp_path))
+    config = types.SimpleNamespace(workerinput={"testrunuid": "abc"}, option=types.SimpleNamespace())
+    session = types.SimpleNamespace(items=[])
+    down = _Item("tests/e2e/test_teardown.py::test_down", config, session, ("e2e", "teardown"))
+    session.items = [down, _Item("tests/e2e/test_07_models.py::t", config, session),
+                     _Item("tests/unit/test_rollout.py::t", config, session, ())]
+    done = conftest.run_dir(config) / "fleet2.done"
+    assert done.parent == tmp_path / "tritonfleet-pytest-abc"
+    with pytest.raises(pytest.fail.Exception, match="worker group fleet2 did not end within 1 s"):
+        conftest.wait_for_groups(down, timeout=1)
+    threading.Timer(1.5, done.touch).start()
+    t0 = time.monotonic()
+    conftest.wait_for_groups(down, timeout=30)
+    assert 1.4 < time.monotonic() - t0 < 10
+    # without workers (one process runs every test in order) nothing is waited for
+    conftest.wait_for_groups(_Item(down.nodeid, types.SimpleNamespace(option=types.SimpleNamespace()), session), timeout=0)
+
+
+def test_a_worker_leaves_a_done_file_per_group_it_ran_and_the_controller_removes_the_directory(tmp_path, monkeypatch):
+    import types
+
+    monkeypatch.setattr(conftest.tempfile, "gettempdir", lambda: str(tmp_path))
+    worker = types.SimpleNamespace(config=types.SimpleNamespace(workerinput={"testrunuid": "r1"}))
+    plugin = conftest.GroupsDone()
+    plugin.pytest_runtest_logstart("tests/e2e/test_04_faults.py::t", None)
+    plugin.pytest_sessionfinish(worker)
+    assert sorted(p.name for p in (tmp_path / "tritonfleet-pytest-r1").iterdir()) == ["fleet2.done"]
+    # the controller knows the workers' run id (xdist's --testrunuid, which pytest_configure sets)
+    controller = types.SimpleNamespace(config=types.SimpleNamespace(option=types.SimpleNamespace(testrunuid="r1")))
+    conftest.GroupsDone().pytest_sessionfinish(controller)
+    assert not (tmp_path / "tritonfleet-pytest-r1").exists()
