@@ -50,10 +50,10 @@ LAYERS = {
 # (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
 XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "host", "sandbox": "fleet", "e2e": "fleet"}
 # The e2e files that run on a second fleet worker ("fleet2"), beside the first: each uses only hosts no other e2e
-# file touches (tests/e2e/conftest.py's ``scratch2``) and state of its own (its S3 prefix, its inventories), so
+# file touches (tests/e2e/conftest.py's ``SECOND_WORKER_HOSTS``) and state of its own (its S3 prefix, its inventories), so
 # the two streams share the fleet's bring-up (one ``up`` under the sandbox's lock, the machine's baseline taken
 # once: ``run_dir``) and nothing else. The teardown tests wait for this stream to end (``wait_for_groups``).
-E2E_SECOND_FILES = {"test_04_faults.py", "test_07_models.py"}
+E2E_SECOND_FILES = {"test_04_faults.py", "test_07_models.py", "test_12_server_models.py"}
 # Of the sandbox layer, only these files touch the machine's sandbox state (its state dir, machines, bridge and
 # ports) and so run on the fleet worker after the e2e tests; the other builders' tests (images, packages,
 # repositories, the PyPI index, IMDS) work in temporary directories and on loopback, and run on the host

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.e2e.conftest import SECOND_WORKER_HOSTS, first_worker_hosts
 from tests.e2e.helpers import ROOT, host_ip, path_exists, pyinfra, ssh, write_inventory
 from tritonfleet import catalog
 from tritonfleet.sandbox import fleet
@@ -23,9 +24,11 @@ def _answered(run, name: str) -> bool:
 
 
 def test_pyinfra_exec_reaches_every_host(sandbox):
-    run = pyinfra(ROOT / "inventories/sandbox.py", "exec", "--", "hostname")
+    # but the second fleet worker's, which may be mid-reset now (its own tests reach them over SSH)
+    skip = [a for name in SECOND_WORKER_HOSTS for a in ("--exclude", name)]
+    run = pyinfra(ROOT / "inventories/sandbox.py", *skip, "exec", "--", "hostname")
     assert run.returncode == 0, run.output
-    for name in sandbox:
+    for name in first_worker_hosts(sandbox):
         assert _answered(run, name), f"no hostname from {name}"
 
 
@@ -97,8 +100,8 @@ def _neuron_repo_setup(name: str) -> str:
 
 
 def test_hardware_simulation_devices_appear_with_the_driver(sandbox, fresh):
-    name = "inf2big"
-    expected = catalog.get("inf2.24xlarge")  # tests/e2e/conftest.py
+    name = "trn1"
+    expected = catalog.get("trn1.32xlarge")  # tests/e2e/conftest.py
     count = "ls /dev | grep -c -E '^neuron[0-9]+$' || test $? = 1"  # grep: 1 = no match, >1 = error
     if ssh(name, count).stdout.strip() != "0":  # a fleet reused from an earlier session may have a driver
         fresh(name)
@@ -185,7 +188,11 @@ def test_imds_answers_each_host_its_own_type(sandbox):
 def test_up_is_idempotent(sandbox):
     from tests.e2e.conftest import FLEET
 
-    before = {h.name: h.nspawn_pid for h in fleet.hosts_from_state(fleet.load_state())}
+    def launchers() -> dict[str, int | None]:  # the second fleet worker may reset its hosts meanwhile
+        return {h.name: h.nspawn_pid for h in fleet.hosts_from_state(fleet.load_state())
+                if h.name not in SECOND_WORKER_HOSTS}
+
+    before = launchers()
     fleet.up(FLEET)
-    after = {h.name: h.nspawn_pid for h in fleet.hosts_from_state(fleet.load_state())}
-    assert before == after
+    after = launchers()
+    assert before == after and "scratch" in after

@@ -30,18 +30,21 @@ def _named_hosts(path, names: set[str]) -> set[str]:
 
 
 def test_the_second_fleet_workers_files_use_hosts_no_other_e2e_file_names():
-    """The two fleet workers run at once: the second one's files (E2E_SECOND_FILES) must not touch a host the
-    other e2e files use (a reset or deploy there would pull a host from under a running test)."""
-    from tests.e2e.conftest import FLEET
+    """The two fleet workers run at once: the second one's files (E2E_SECOND_FILES) use only its hosts
+    (SECOND_WORKER_HOSTS), which no other e2e file names (a reset or deploy there would pull a host from under a
+    running test)."""
+    from tests.e2e.conftest import FLEET, SECOND_WORKER_HOSTS
 
     names = {spec.name for spec in FLEET}
+    assert set(SECOND_WORKER_HOSTS) <= names
     e2e = conftest.TESTS / "e2e"
     files = sorted(e2e.glob("test_*.py"))
     assert {f.name for f in files} >= conftest.E2E_SECOND_FILES
     second = set().union(*(_named_hosts(f, names) for f in files if f.name in conftest.E2E_SECOND_FILES))
     first = set().union(*(_named_hosts(f, names) for f in files if f.name not in conftest.E2E_SECOND_FILES))
     assert second, "the second fleet worker's files name no host of their own"
-    assert not second & first, f"hosts used by both fleet workers: {sorted(second & first)}"
+    assert second <= set(SECOND_WORKER_HOSTS), f"not the second worker's hosts: {sorted(second - set(SECOND_WORKER_HOSTS))}"
+    assert not first & set(SECOND_WORKER_HOSTS), f"hosts used by both fleet workers: {sorted(first & set(SECOND_WORKER_HOSTS))}"
     for name in conftest.E2E_SECOND_FILES:
         assert conftest.xdist_group_of(f"tests/e2e/{name}::t") == "fleet2"
         assert conftest.xdist_group_of(f"tests/e2e/{name}::t") != conftest.xdist_group_of("tests/e2e/test_teardown.py::t")

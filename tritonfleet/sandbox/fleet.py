@@ -36,6 +36,7 @@ from pathlib import Path
 from tritonfleet import catalog
 from tritonfleet.sandbox import cgroups, layout, machine, network, services
 from tritonfleet.sandbox.baseimage import check_prerequisites, ensure_base
+from tritonfleet.sandbox.fsutil import write_atomic
 from tritonfleet.sandbox.hosts import (
     alive,
     create_host,
@@ -324,10 +325,10 @@ def _up(specs: list[HostSpec]) -> dict:
         started.append((h, spec, fresh))
     all_hosts = hosts_from_state(state)
     write_known_hosts(all_hosts)
-    imds_hosts_file().write_text(json.dumps({
+    write_atomic(imds_hosts_file(), json.dumps({
         h.ip: {"instance_type": h.instance_type, "instance_id": h.instance_id,
                "availability_zone": "us-east-1a", "hostname": h.name, "local_ipv4": h.ip}
-        for h in all_hosts}, indent=2))
+        for h in all_hosts}, indent=2).encode())
     for h, spec, fresh in started:
         wait_host(h)
         if fresh:

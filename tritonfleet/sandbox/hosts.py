@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tritonfleet import catalog
 from tritonfleet.sandbox import cgroups, machine, network
+from tritonfleet.sandbox.fsutil import write_atomic
 from tritonfleet.sandbox.layout import (
     BRIDGE_IP,
     FILES,
@@ -217,7 +218,8 @@ def host_pubkey(h: HostState) -> str:
 
 def write_known_hosts(hosts: list[HostState]) -> None:
     lines = [f"{h.ip} ssh-ed25519 {host_pubkey(h)}\n" for h in sorted(hosts, key=lambda x: x.ip)]
-    known_hosts_path().write_text("".join(lines))
+    # in one rename: an SSH client reading it meanwhile (a test on another host) sees the old or the new file
+    write_atomic(known_hosts_path(), "".join(lines).encode())
 
 
 def ssh_base_args(h: HostState) -> list[str]:
