@@ -3,8 +3,8 @@
 * The repository root on sys.path (roles/, deploys/ are top-level dirs).
 * Layers: every test gets exactly one layer marker from its folder, so each layer runs on its own
   (``pytest -m pure``, ``-m fake``, ``-m triton``, ``-m sandbox``, ``-m e2e``).
-* Four groups for pytest-xdist (``XDIST_GROUPS``, ``E2E_SECOND_FILES``, ``HOST2_UNIT_FILES``): ``make test``
-  runs the sandbox fleet's tests on two workers (on disjoint hosts) and the rest on two others, at the same time.
+* Two groups for pytest-xdist (``XDIST_GROUPS``): ``make test`` runs the sandbox fleet's tests on one worker
+  and the rest on the other, at the same time.
 * Order: tests marked ``teardown`` (they take the e2e fleet down) run after every other e2e test,
   whatever their file is called.
 * CI (``CI=true``): a skipped test is a failure unless it is marked ``allow_skip("reason")``;
@@ -42,19 +42,13 @@ LAYERS = {
     "e2e": "needs root and the sandbox fleet (real hosts) (tests/e2e)",
 }
 
-# `make test` runs pytest-xdist with four workers and `--dist loadgroup`: one worker runs the fleet group (the
+# `make test` runs pytest-xdist with two workers and `--dist loadgroup`: one worker runs the fleet group (the
 # sandbox fleet's e2e tests, then the sandbox builders', in order: they share the machine's sandbox state and
-# the e2e teardown comes last), a second the e2e files of E2E_SECOND_FILES on hosts of their own, and two more
-# everything that needs no sandbox, meanwhile: "host2" the real-Triton and @fake layers and the agent's unit
-# tests (HOST2_UNIT_FILES), "host" the rest (both groups spend much of their time waiting: timeouts, servers
-# starting, subprocesses). The group follows the file's layer by LAYER_RULES (below), and GroupScheduling below
-# does the grouping: xdist 3.8's own `xdist_group` marks have no effect under pytest 9.2 (xdist renames
-# ``item._nodeid``, which pytest 9.2 no longer reads).
-XDIST_GROUPS = {"pure": "host", "fake": "host2", "triton": "host2", "sandbox": "fleet", "e2e": "fleet"}
-#: the pure layer's files that run in the "host2" group (the two host groups take about as long)
-HOST2_UNIT_FILES = "test_agent_*.py"
-#: the groups of the tests that need no sandbox fleet (their worker runs at HOST_GROUP_NICE)
-HOST_GROUPS = {"host", "host2"}
+# the e2e teardown comes last), the other everything that needs no sandbox, meanwhile (the e2e tests leave
+# most of the CPU idle: they wait on hosts). The group follows the file's layer by LAYER_RULES (below), and
+# GroupScheduling below does the grouping: xdist 3.8's own `xdist_group` marks have no effect under pytest 9.2
+# (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
+XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "host", "sandbox": "fleet", "e2e": "fleet"}
 # The e2e files that run on a second fleet worker ("fleet2"), beside the first: each uses only hosts no other e2e
 # file touches (tests/e2e/conftest.py's ``SECOND_WORKER_HOSTS``) and state of its own (its S3 prefix, its inventories), so
 # the two streams share the fleet's bring-up (one ``up`` under the sandbox's lock, the machine's baseline taken
@@ -154,8 +148,6 @@ def xdist_group_of(nodeid: str) -> str:
         return "host"
     if layer == "e2e" and path.name in E2E_SECOND_FILES:
         return "fleet2"
-    if layer == "pure" and fnmatch.fnmatch(path.name, HOST2_UNIT_FILES):
-        return "host2"
     return XDIST_GROUPS.get(layer, "host")
 
 
@@ -257,7 +249,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     workerinput = getattr(item.config, "workerinput", None)  # a worker's own "dist" option reads "no"
     if _RENICED or workerinput is None or "loadgroup" not in " ".join(workerinput.get("mainargv", [])):
         return
-    if xdist_group_of(item.nodeid) in HOST_GROUPS:
+    if xdist_group_of(item.nodeid) == "host":
         _RENICED.append(True)
         os.nice(HOST_GROUP_NICE)
 

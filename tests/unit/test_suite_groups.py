@@ -1,5 +1,5 @@
-"""The suite's own layout: `make test`'s xdist groups (tests/conftest.py) keep every test that uses the sandbox on
-the two fleet workers, which share the fleet's bring-up and teardown but no host."""
+"""The suite's own layout: `make test`'s two xdist groups (tests/conftest.py) keep every test that uses the
+sandbox on one worker, so two workers never share the sandbox fleet."""
 
 from __future__ import annotations
 
@@ -17,12 +17,8 @@ def test_node_ids_are_grouped_by_their_files_layer():
     split = conftest.xdist_group_of
     assert split("tests/e2e/test_03_serve.py::test_x") == split("tests/unit/test_sandbox_fleet.py::test_y")
     assert split("tests/e2e/test_teardown.py::test_z[a::b]") == split("tests/e2e/test_01_sandbox.py::t")
-    assert split("tests/unit/test_rollout.py::t") == split("tests/unit/test_sandbox_image.py::t") == "host"
-    assert split("tests/fake/test_roles.py::t") == split("tests/genmodel/test_cli.py::t") \
-        == split("tests/unit/test_agent_sync.py::t") == "host2"
-    fleet = {split("tests/e2e/test_01_sandbox.py::t"), split("tests/e2e/test_07_models.py::t")}
-    assert fleet == {"fleet", "fleet2"} and not fleet & conftest.HOST_GROUPS
-    assert conftest.HOST_GROUPS == {"host", "host2"}
+    assert split("tests/unit/test_rollout.py::t") == split("tests/fake/test_roles.py::t") \
+        == split("tests/genmodel/test_cli.py::t") != split("tests/e2e/test_01_sandbox.py::t")
 
 
 def _named_hosts(path, names: set[str]) -> set[str]:
