@@ -93,11 +93,20 @@ def test_service_processes_are_recognised_from_any_cache_dir():
 
 
 
-# the launcher (hostrun): runs nspawn, passes SIGTERM on to it, ends with nspawn's status
+# the launcher (hostrun): runs nspawn, passes SIGTERM on to it, ends with nspawn's status. Like hostrun, it takes
+# SIGTERM before it starts nspawn: set after, a SIGTERM in between (a busy machine) ended it with -15 (CI run 4 of
+# the seventh session)
 LAUNCHER_PY = """import signal, subprocess, sys
+nspawn, stopping = None, []
+def stop(*_):
+    stopping.append(True)
+    if nspawn is not None:
+        nspawn.send_signal(signal.SIGTERM)
+signal.signal(signal.SIGTERM, stop)
 nspawn = subprocess.Popen(['systemd-nspawn', '-c', sys.argv[1], 'nspawn', '-b', '-D', sys.argv[2], sys.argv[3]],
                           executable='/bin/sh')
-signal.signal(signal.SIGTERM, lambda *a: nspawn.send_signal(signal.SIGTERM))
+if stopping:
+    nspawn.send_signal(signal.SIGTERM)
 sys.exit(nspawn.wait())
 """
 # nspawn (a shell named systemd-nspawn): its child is the host's init (SIGTERM: a clean shutdown, passed on to
