@@ -1,5 +1,6 @@
 """``tritonfleet-agent``: the host-side agent's command line (what ``sync`` does: ``sync.py``'s docstring;
-``qa``: ``qa/command.py``'s; ``watchdog``, the ``tritonfleet-watchdog`` service: ``watchrun.py``'s).
+``qa``: ``qa/command.py``'s; ``watchdog``, the ``tritonfleet-watchdog`` service: ``watchrun.py``'s; ``pull``:
+``pull.py``'s, its arguments and command in ``pullcli.py``).
 
 Exit codes: 0 done, 1 the sync failed (qa: a check failed), 2 bad arguments (qa: or a bad suite); every
 error is one line on stderr. ``qa`` imports its dependencies (numpy, tritonclient, PyYAML, pydantic) only
@@ -192,6 +193,8 @@ def _sync_arguments(sync: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .pullcli import _add_pull  # pullcli.py imports this module: here, not at the top
+
     parser = _Parser(prog=PROG, description="Host-side agent of tritonfleet.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
@@ -224,92 +227,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_watchdog(commands)
     _add_pull(commands)
     return parser
-
-
-def _group(value: str) -> str:
-    from .pull import GROUP
-
-    if not GROUP.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value!r}: expected a group name like canary (a-z, 0-9, _ and -)")
-    return value
-
-
-def _add_pull(commands) -> None:
-    pull = commands.add_parser(
-        "pull", help="pull mode (tritonfleet-models-pull.service): watch the release pointer in S3 and serve the "
-                     "release it names",
-        description="Watch SOURCE/RELEASE (SOURCE/RELEASE.GROUP with --group) with conditional requests; when it "
-                    "names another release, sync SOURCE/<release>/ into DIR and reload the changed models live "
-                    "(pull.py's docstring). Failures keep the current release serving and back off.")
-    _sync_arguments(pull)
-    pull.add_argument("--group", type=_group, metavar="GROUP",
-                      help="follow SOURCE/RELEASE.GROUP while it exists (a canary group), else SOURCE/RELEASE")
-    pull.add_argument("--interval", type=_seconds_in(0.2, 3600), default=2.0, metavar="S",
-                      help="seconds between two checks of the pointer (default 2)")
-    pull.add_argument("--max-backoff", type=_seconds_in(1, 86400), default=300.0, metavar="S",
-                      help="the longest wait before a failed release is tried again (default 300)")
-    pull.add_argument("--state", metavar="FILE", help="the JSON state file each check leaves (tritonfleet status)")
-    pull.add_argument("--textfile-dir", metavar="DIR",
-                      help="node_exporter's textfile directory (tritonfleet_models_pull.prom is written there)")
-    pull.add_argument("--once", action="store_true",
-                      help="one check (and sync), then exit: 0 the host serves the pointed release, 1 it does not")
-    pull.set_defaults(run=_pull, parser=pull, verify=False)
-
-
-def _pull(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    import logging
-    import signal
-
-    from .pull import State, Watcher
-
-    if args.dry_run and not args.once:
-        parser.error("--dry-run goes with --once")
-    if args.textfile_dir and not os.path.isdir(args.textfile_dir):
-        parser.error(f"--textfile-dir {args.textfile_dir}: not a directory")
-    if args.state and os.path.isdir(args.state):
-        parser.error(f"--state {args.state}: a directory, not a file")
-    setup = sync_setup(args, parser)
-    if isinstance(setup, int):
-        return setup
-    opts, live = setup
-    state = State.load(args.state) if args.state else State()
-    state.failures, state.next_check = 0, None  # this process tries at once
-    watcher = Watcher(opts, group=args.group, live=live, state_path=None if args.dry_run else args.state,
-                      textfile_dir=None if args.dry_run else args.textfile_dir, interval=args.interval,
-                      max_backoff=args.max_backoff, state=state)
-    if args.once:
-        check = watcher.check(dry_run=args.dry_run)
-        if check.result is not None:
-            for warning in check.result.warnings:
-                print(f"{PROG}: warning: {warning}", file=sys.stderr)
-        if args.json and check.result is not None:
-            print(json.dumps({**asdict(check.result), "release": watcher.state.pointed}, sort_keys=True))
-        elif args.json and check.error is None:  # already served (not reached: --once always syncs)
-            print(json.dumps({"status": "unchanged", "release": watcher.state.pointed}, sort_keys=True))
-        elif check.result is not None and check.error is None:
-            print(f"release {watcher.state.pointed}: {summary(check.result)}")
-        if check.error:
-            print(f"{PROG}: error: {check.error}", file=sys.stderr)
-            return 1
-        return 0
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # between passes; a sync in flight is bounded
-
-    def report(check) -> None:
-        if check.action == "synced" and check.result is not None and check.result.status != "unchanged":
-            print(f"release {watcher.state.pointed}: {summary(check.result)}", flush=True)
-        elif check.error and (check.changed or check.action == "failed"):
-            print(f"{PROG}: error: {check.error} (next try in "
-                  f"{max(0.0, (watcher.state.next_check or 0) - time.time()):.0f} s)", file=sys.stderr, flush=True)
-
-    print(f"watching {watcher.root}{watcher.pointers[0].key[len(opts.prefix):]} every {args.interval:g} s"
-          + (f" (else {watcher.root}RELEASE)" if args.group else ""), flush=True)
-    try:
-        watcher.run(stop, report)
-    except KeyboardInterrupt:
-        pass
-    return 0
 
 
 def _add_watchdog(commands) -> None:
