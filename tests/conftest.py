@@ -3,8 +3,8 @@
 * The repository root on sys.path (roles/, deploys/ are top-level dirs).
 * Layers: every test gets exactly one layer marker from its folder, so each layer runs on its own
   (``pytest -m pure``, ``-m fake``, ``-m triton``, ``-m sandbox``, ``-m e2e``).
-* Two groups for pytest-xdist (``XDIST_GROUPS``): ``make test`` runs the sandbox fleet's tests on one worker
-  and the rest on the other, at the same time.
+* Three groups for pytest-xdist (``XDIST_GROUPS``, ``E2E_SECOND_FILES``): ``make test`` runs the sandbox
+  fleet's tests on two workers, on hosts of their own, and the rest on those and a third, at the same time.
 * Order: tests marked ``teardown`` (they take the e2e fleet down) run after every other e2e test,
   whatever their file is called.
 * CI (``CI=true``): a skipped test is a failure unless it is marked ``allow_skip("reason")``;
@@ -42,13 +42,17 @@ LAYERS = {
     "e2e": "needs root and the sandbox fleet (real hosts) (tests/e2e)",
 }
 
-# `make test` runs pytest-xdist with two workers and `--dist loadgroup`: one worker runs the fleet group (the
-# sandbox fleet's e2e tests, then the sandbox builders', in order: they share the machine's sandbox state and
-# the e2e teardown comes last), the other everything that needs no sandbox, meanwhile (the e2e tests leave
-# most of the CPU idle: they wait on hosts). The group follows the file's layer by LAYER_RULES (below), and
-# GroupScheduling below does the grouping: xdist 3.8's own `xdist_group` marks have no effect under pytest 9.2
-# (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
-XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "host", "sandbox": "fleet", "e2e": "fleet"}
+# `make test` runs pytest-xdist with three workers and `--dist loadgroup`: "fleet" runs the sandbox fleet's e2e
+# tests, then the sandbox builders', in order (they share the machine's sandbox state and the e2e teardown comes
+# last); "fleet2" runs the e2e files of E2E_SECOND_FILES on hosts of their own at the same time, then the
+# real-Triton layer (its worker is free of the fleet by then); "host" runs the pure and @fake layers and the
+# sandbox builders that need no fleet, meanwhile. A worker that runs a test of a layer that needs no fleet lowers
+# its CPU priority (HOST_GROUP_NICE): the fleet's deploys get the CPU first. The group follows the file's layer by
+# LAYER_RULES (below), and GroupScheduling below does the grouping: xdist 3.8's own `xdist_group` marks have no
+# effect under pytest 9.2 (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
+XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "fleet2", "sandbox": "fleet", "e2e": "fleet"}
+#: the layers that need no sandbox fleet: a worker lowers its CPU priority once it runs one of their tests
+NO_FLEET_LAYERS = {"pure", "fake", "triton"}
 # The e2e files that run on a second fleet worker ("fleet2"), beside the first: each uses only hosts no other e2e
 # file touches (tests/e2e/conftest.py's ``SECOND_WORKER_HOSTS``) and state of its own (its S3 prefix, its inventories), so
 # the two streams share the fleet's bring-up (one ``up`` under the sandbox's lock, the machine's baseline taken
@@ -195,21 +199,44 @@ def wait_for_groups(item: pytest.Item, timeout: float = GROUP_WAIT_S) -> None:
 
 
 class GroupsDone:
-    """A worker writes ``<group>.done`` in ``run_dir`` for each group it ran tests of, when its session ends."""
+    """A worker writes ``<group>.done`` in ``run_dir`` once its group's last e2e test has ended (its module's
+    fixtures torn down): the fleet is free of it, whatever the worker runs next (fleet2's real-Triton layer). At
+    the end of its session at the latest (a run stopped early)."""
 
     def __init__(self) -> None:
+        self.e2e_left: dict[str, int] = {}
         self.ran: set[str] = set()
+        self.config: pytest.Config | None = None
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.config = session.config
+        for item in session.items:
+            if item.get_closest_marker("e2e") is not None:
+                group = xdist_group_of(item.nodeid)
+                self.e2e_left[group] = self.e2e_left.get(group, 0) + 1
+
+    def _done(self, group: str) -> None:
+        if self.config is not None and getattr(self.config, "workerinput", None) is not None:
+            (run_dir(self.config) / f"{group}.done").touch()
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         self.ran.add(xdist_group_of(nodeid))
+
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        group = xdist_group_of(nodeid)
+        if layer_of(ROOT / nodeid.split("::", 1)[0]) == "e2e" and group in self.e2e_left:
+            self.e2e_left[group] -= 1
+            if self.e2e_left[group] == 0:
+                self._done(group)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if getattr(session.config, "workerinput", None) is None:
             shutil.rmtree(run_dir(session.config), ignore_errors=True)  # the controller, at the very end
             return
+        self.config = session.config
         for group in self.ran:
-            (run_dir(session.config) / f"{group}.done").touch()
+            self._done(group)
 
 
 class TeardownLast:
@@ -243,13 +270,13 @@ _RENICED: list[bool] = []
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Under ``make test`` (xdist, ``--dist loadgroup``) the fleet group is the critical path (its e2e tests wait on
-    hosts that share the machine's CPUs) and the host group has time to spare: the worker that runs the host
-    group lowers its own CPU priority once (nice 10, inherited by the Triton servers and tools it starts), so
-    that the fleet's deploys get the CPU first when both want it."""
+    hosts that share the machine's CPUs) and the other tests have time to spare: a worker lowers its own CPU
+    priority once it runs a test of a layer that needs no fleet (nice 10, inherited by the Triton servers and
+    tools it starts; fleet2's worker after its e2e files), so that the fleet's deploys get the CPU first."""
     workerinput = getattr(item.config, "workerinput", None)  # a worker's own "dist" option reads "no"
     if _RENICED or workerinput is None or "loadgroup" not in " ".join(workerinput.get("mainargv", [])):
         return
-    if xdist_group_of(item.nodeid) == "host":
+    if layer_of(item.path) in NO_FLEET_LAYERS:
         _RENICED.append(True)
         os.nice(HOST_GROUP_NICE)
 

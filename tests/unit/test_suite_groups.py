@@ -18,7 +18,10 @@ def test_node_ids_are_grouped_by_their_files_layer():
     assert split("tests/e2e/test_03_serve.py::test_x") == split("tests/unit/test_sandbox_fleet.py::test_y")
     assert split("tests/e2e/test_teardown.py::test_z[a::b]") == split("tests/e2e/test_01_sandbox.py::t")
     assert split("tests/unit/test_rollout.py::t") == split("tests/fake/test_roles.py::t") \
-        == split("tests/genmodel/test_cli.py::t") != split("tests/e2e/test_01_sandbox.py::t")
+        == split("tests/unit/test_sandbox_image.py::t") == "host" != split("tests/e2e/test_01_sandbox.py::t")
+    # the real-Triton layer runs on the second fleet worker, after its e2e files (collection order: e2e first)
+    assert split("tests/genmodel/test_cli.py::t") == split("tests/e2e/test_07_models.py::t") == "fleet2"
+    assert "tests/e2e" < "tests/genmodel"
 
 
 def _named_hosts(path, names: set[str]) -> set[str]:
@@ -85,15 +88,31 @@ def test_a_teardown_test_waits_for_the_other_fleet_worker_and_fails_in_one_line_
     conftest.wait_for_groups(_Item(down.nodeid, types.SimpleNamespace(option=types.SimpleNamespace()), session), timeout=0)
 
 
-def test_a_worker_leaves_a_done_file_per_group_it_ran_and_the_controller_removes_the_directory(tmp_path, monkeypatch):
+def test_a_worker_leaves_its_done_file_after_its_last_e2e_test_not_at_its_end(tmp_path, monkeypatch):
+    """fleet2's worker runs the real-Triton layer after its e2e files: the teardown must not wait for that."""
     import types
 
     monkeypatch.setattr(conftest.tempfile, "gettempdir", lambda: str(tmp_path))
-    worker = types.SimpleNamespace(config=types.SimpleNamespace(workerinput={"testrunuid": "r1"}))
+    config = types.SimpleNamespace(workerinput={"testrunuid": "r1"}, option=types.SimpleNamespace())
+    ids = ["tests/e2e/test_04_faults.py::a", "tests/e2e/test_07_models.py::b", "tests/genmodel/test_cli.py::c",
+           "tests/e2e/test_03_serve.py::d"]
+    session = types.SimpleNamespace(config=config, items=[
+        _Item(i, config, marks=("e2e",) if "/e2e/" in i else ("triton",)) for i in ids])
     plugin = conftest.GroupsDone()
-    plugin.pytest_runtest_logstart("tests/e2e/test_04_faults.py::t", None)
-    plugin.pytest_sessionfinish(worker)
-    assert sorted(p.name for p in (tmp_path / "tritonfleet-pytest-r1").iterdir()) == ["fleet2.done"]
+    plugin.pytest_collection_finish(session)
+    done = tmp_path / "tritonfleet-pytest-r1" / "fleet2.done"
+    for nodeid in ids[:2]:
+        assert not done.exists()
+        plugin.pytest_runtest_logstart(nodeid, None)
+        plugin.pytest_runtest_logfinish(nodeid, None)
+    assert done.exists()  # before the worker's real-Triton tests
+    assert not (tmp_path / "tritonfleet-pytest-r1" / "fleet.done").exists()  # another worker's group
+    done.unlink()
+    plugin.pytest_runtest_logstart(ids[2], None)
+    plugin.pytest_runtest_logfinish(ids[2], None)
+    assert not done.exists()
+    plugin.pytest_sessionfinish(session)  # and at the end at the latest
+    assert sorted(p.name for p in done.parent.iterdir()) == ["fleet2.done"]
     # the controller knows the workers' run id (xdist's --testrunuid, which pytest_configure sets)
     controller = types.SimpleNamespace(config=types.SimpleNamespace(option=types.SimpleNamespace(testrunuid="r1")))
     conftest.GroupsDone().pytest_sessionfinish(controller)
