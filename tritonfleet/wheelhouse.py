@@ -25,7 +25,10 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 import tritonfleet
 from tritonfleet.templating import render
@@ -121,7 +124,7 @@ def _build_into(out: Path, sources: dict[str, bytes], version: str, qa_for: tupl
                                                    qa_requirements=QA_REQUIREMENTS,
                                                    qa_http_requirements=QA_HTTP_REQUIREMENTS,
                                                    live_requirements=LIVE_REQUIREMENTS))
-        isolation = [] if _has_setuptools() else ["--use-pep517"]
+        isolation = [] if _builds_in_place() else ["--use-pep517"]
         no_isolation = ["--no-build-isolation"] if not isolation else []
         _pip("wheel", "--quiet", "--no-deps", *no_isolation, *isolation, "--wheel-dir", str(out), str(src))
     if qa_for:  # one host Python and machine: the agent with its QA extra (live's too), platform wheels included
@@ -145,10 +148,20 @@ def _build_into(out: Path, sources: dict[str, bytes], version: str, qa_for: tupl
         raise WheelhouseError(f"platform-specific wheels in the agent's wheelhouse: {', '.join(impure)}")
 
 
-def _has_setuptools() -> bool:
+def _builds_in_place() -> bool:
+    """This Python's setuptools can build the agent's wheel without an index (``--no-build-isolation``): it is
+    there and has ``bdist_wheel`` (setuptools 70.1 and later, or an older one with the ``wheel`` package). A
+    Python 3.11 venv of Debian 12 or Ubuntu 22.04 has setuptools 66 and no wheel (an Auto Scaling group's
+    bootstrap venv): pip then builds in an isolated environment from the index."""
     try:
-        import setuptools  # noqa: F401
-    except ImportError:
+        found = Version(metadata.version("setuptools"))
+    except (metadata.PackageNotFoundError, InvalidVersion):
+        return False
+    if found >= Version("70.1"):
+        return True
+    try:
+        metadata.version("wheel")
+    except metadata.PackageNotFoundError:
         return False
     return True
 

@@ -55,12 +55,12 @@ def test_down_leaves_no_trace(sandbox, baseline):
     assert fleet.BRIDGE not in links and fleet.VETH_PREFIX not in links
     assert str(fleet.STATE_DIR) not in open("/proc/self/mounts").read()
     assert fleet.find_cgroups() == []
-    # zombies left out: a launcher or moto_server started by the other fleet worker's `up` (its parent) stays a
+    # zombies left out: a launcher or the AWS endpoint (awsapi) started by the other fleet worker's `up` (its parent) stays a
     # zombie until that worker reaps it; it holds nothing (CI run 7 of the seventh session)
     ps = "\n".join(line.split(None, 1)[-1] for line in subprocess.run(
         ["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout.splitlines()
         if line.strip() and not line.split()[0].startswith("Z"))
-    assert "systemd-nspawn" not in ps and "moto_server" not in ps and "tritonfleet.sandbox.imds" not in ps
+    assert "systemd-nspawn" not in ps and "tritonfleet.sandbox.awsapi" not in ps and "tritonfleet.sandbox.imds" not in ps
     now = machine_baseline()
     for key in ("ip_forward", "nft", "routes", "dev"):
         assert now[key] == baseline[key], f"{key} changed by the sandbox"

@@ -87,6 +87,22 @@ def test_bundle_refuses_secrets_and_bad_data(tmp_path, data, secrets, message):
     assert "hunter2" not in str(exc.value)
 
 
+@pytest.mark.parametrize("key", ["triton_repository_secret", "api_token", "neuron_key", "db_password",
+                                 "aws_secret_access_key", "ssh_key_passphrase", "triton_repository_secert"])
+def test_keys_that_hold_secrets_stay_out_of_the_bundle(key):
+    assert bundle.is_bundle_secret(key)
+
+
+def test_a_keys_fingerprint_and_url_travel_in_the_bundle(tmp_path):
+    # the sandbox's ASG boot found it: a key's fingerprint "looked secret" and a sandbox host's data was refused
+    data = {"neuron_key_fingerprint": "ABCD" * 10, "nvidia_key_url": "https://example.com/gpgkey",
+            "efa_key_fingerprint": "EF01" * 10, "models_s3_uri": "s3://models/repos/prod"}
+    assert not any(bundle.is_bundle_secret(k) for k in data)
+    built = bundle.build_bundle(ROOT, data, tmp_path, {})
+    with tarfile.open(built.path) as tar:
+        assert json.load(tar.extractfile(bundle.DATA_FILE)) == data
+
+
 def test_user_data_fetches_verifies_and_deploys(built):
     url = "s3://fleet-bundles/prod/" + built.key_name
     text = asg.render_user_data(url, built.sha256, REGION, secret_env=built.secret_env, secret_parameters=SECRETS)

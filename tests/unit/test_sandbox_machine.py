@@ -85,11 +85,11 @@ def test_service_processes_are_recognised_from_any_cache_dir():
     other_port = [a if a != str(services.REPO_PORT) else "8081" for a in repo]
     assert not services.looks_like_service(other_port)
     _, moto = wanted["s3"]
-    as_script = [sys.executable, *moto]  # how /proc shows a script run by its #! interpreter
-    assert services.looks_like_service(as_script)
+    assert services.looks_like_service(["/usr/bin/python3.11", *moto[1:]])
     assert services.is_recorded(0, {"argv": moto}) is False
-    assert services._runs(as_script, moto) and services._runs(moto, moto)
-    assert not services._runs(moto[:-1], moto)
+    assert services._runs(moto, moto) and not services._runs(moto[:-1], moto)
+    as_script = ["/usr/bin/python3", "/opt/x/bin/script", "-p", "1"]  # how /proc shows a script run by its #! interpreter
+    assert services._runs(as_script, as_script[1:])
 
 
 

@@ -97,3 +97,24 @@ def test_python_3_12_hosts_get_qa_over_grpc_only():
     names = built.wheels()
     assert any(n.startswith("grpcio-") and "cp312" in n for n in names)
     assert not any(n.startswith("geventhttpclient-") for n in names)
+
+
+@pytest.mark.parametrize("installed, in_place", [
+    ({"setuptools": "84.2.1"}, True),
+    ({"setuptools": "70.1.0"}, True),
+    # a Python 3.11 venv of Debian 12 or Ubuntu 22.04 (an Auto Scaling group's bootstrap venv): no bdist_wheel, so
+    # pip builds in an isolated environment (the sandbox's ASG boot found it: "invalid command 'bdist_wheel'")
+    ({"setuptools": "66.1.1"}, False),
+    ({"setuptools": "66.1.1", "wheel": "0.38.4"}, True),
+    ({}, False),
+])
+def test_the_agent_wheel_is_built_in_place_only_by_a_setuptools_that_can(monkeypatch, installed, in_place):
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(wheelhouse.metadata, "version", version)
+    assert wheelhouse._builds_in_place() is in_place

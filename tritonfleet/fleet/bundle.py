@@ -61,9 +61,19 @@ def secret_env_name(key: str) -> str:
     return "TRITONFLEET_SECRET_" + re.sub(r"[^A-Z0-9]", "_", key.upper())
 
 
+#: Last words of data keys whose values are public by nature, though a word before looks secret: a key's
+#: fingerprint or the URL it is fetched from (``neuron_key_fingerprint``, ``nvidia_key_url``) travel in the bundle.
+PUBLIC_LAST_WORDS = ("fingerprint", "url")
+
+
+def is_bundle_secret(key: str) -> bool:
+    """``key``'s value must not go into the bundle (:func:`looks_secret`, but a fingerprint or URL of a key)."""
+    return looks_secret(key) and key.lower().rsplit("_", 1)[-1] not in PUBLIC_LAST_WORDS
+
+
 def _check_data(data: Mapping[str, Any], secret_parameters: Mapping[str, str]) -> None:
     for key, value in data.items():
-        if looks_secret(key) and value is not None:
+        if is_bundle_secret(key) and value is not None:
             raise FleetError(f"bundle data {key}: secrets do not go into the bundle; store it in SSM Parameter "
                              f"Store and pass --secret {key}=/parameter/name")
     for key, parameter in secret_parameters.items():

@@ -49,9 +49,10 @@ RECIPE_VERSION = "1"
 DEFAULT_BASE_URL = "http://192.168.250.1:8080"
 # python3-apt and python3-requests: what the Ansible comparison's modules need on hosts (apt;
 # community.docker talks to the Docker API through requests), bench/ansible/; haproxy and socat (its Runtime API's
-# client): the lb role
+# client): the lb role; python3-venv: an Auto Scaling group's user data installs it when the AMI's Python has no venv
+# (a host booted from user data, tritonfleet/sandbox/cloudinit.py)
 DEBIAN_PACKAGES: tuple[str, ...] = ("docker.io", "amazon-ecr-credential-helper", "python3-apt", "python3-requests",
-                                   "prometheus-node-exporter", "haproxy", "socat")
+                                   "prometheus-node-exporter", "haproxy", "socat", "python3-venv")
 STAMP_NAME = ".tritonfleet-stamp"
 
 KEY_UIDS = {

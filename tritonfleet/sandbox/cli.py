@@ -1,8 +1,9 @@
-"""`tritonfleet sandbox up | status | down`."""
+"""`tritonfleet sandbox up | boot | status | down`."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -38,6 +39,35 @@ def up(n: int, types: tuple[str, ...], lb: bool) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     _print_status()
+
+
+@sandbox.command()
+@click.argument("host")
+@click.option("--user-data", "user_data", type=click.Path(dir_okay=False, exists=True), required=True,
+              help="The launch template's user data (a script): run once on the fresh host's first boot.")
+@click.option("--instance-id", default=None,
+              help="The instance id the host's metadata service gives from now on (e.g. one moto's Auto Scaling "
+                   "group launched); default: the one it has.")
+@click.option("--wait", "wait_s", type=click.IntRange(0, 7200), default=1800, show_default=True,
+              help="Seconds to wait for the user data to end (0: return once the host boots).")
+def boot(host: str, user_data: str, instance_id: str | None, wait_s: int) -> None:
+    """Boot HOST on a fresh disk from USER_DATA, as cloud-init runs a launch template's (its disk is replaced).
+
+    The user data runs with the sandbox's AWS (moto) and IMDS as the region's endpoints, pip's index the sandbox's
+    PyPI and the AWS CLI installed, as on an AMI. Exit status 1 when the user data failed or is still running."""
+    try:
+        data = Path(user_data).read_bytes()
+        h = fleet.boot_host(host, data, instance_id=instance_id)
+        click.echo(f"{h.name} ({h.ip}, {h.instance_id}) booted; the user data runs "
+                   "(/var/log/cloud-init-output.log on the host)")
+        if wait_s:
+            result = fleet.wait_user_data(host, wait_s, say=click.echo)
+            click.echo(f"{h.name}: user data ended: {result}")
+            if not result.startswith("success "):
+                sys.exit(1)
+    except (fleet.SandboxError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
 
 
 @sandbox.command()

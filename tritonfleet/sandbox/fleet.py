@@ -24,17 +24,18 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
 from tritonfleet import catalog
-from tritonfleet.sandbox import cgroups, layout, machine, network, services
+from tritonfleet.sandbox import cgroups, cloudinit, layout, machine, network, pypi, services
 from tritonfleet.sandbox.baseimage import check_prerequisites, ensure_base
 from tritonfleet.sandbox.fsutil import write_atomic
 from tritonfleet.sandbox.hosts import (
@@ -74,8 +75,10 @@ from tritonfleet.sandbox.services import ensure_services
 __all__ = [  # what the CLI, the inventory and the e2e tests use
     "HostSpec", "HostState", "LB_NAME", "LB_TYPE", "SandboxError", "cleanup_all", "default_specs", "down",
     "find_cgroups", "get_host", "hosts_from_state", "key_path", "known_hosts_path", "leftovers", "load_state",
-    "reset_host", "reset_hosts", "s3_endpoint", "ssh", "ssh_base_args", "status", "up",
+    "boot_host", "reset_host", "reset_hosts", "s3_endpoint", "wait_user_data", "ssh", "ssh_base_args", "status", "up",
 ]
+#: the project (its pyproject.toml: what a booted host's bundle installs)
+PROJECT = Path(__file__).resolve().parents[2]
 # Names of :mod:`.layout` that callers read from here (always the current value, patched or not).
 _LAYOUT_NAMES = {"BRIDGE", "BRIDGE_IP", "IMDS_PORT", "NETNS_PREFIX", "PROMETHEUS_PORT", "REPO_PORT", "S3_BUCKET", "S3_PORT",
                  "S3_PREFIX", "S3_REGION", "SAMPLES", "EXTRA_SAMPLES", "STATE_DIR", "VETH_PREFIX"}
@@ -325,10 +328,7 @@ def _up(specs: list[HostSpec]) -> dict:
         started.append((h, spec, fresh))
     all_hosts = hosts_from_state(state)
     write_known_hosts(all_hosts)
-    write_atomic(imds_hosts_file(), json.dumps({
-        h.ip: {"instance_type": h.instance_type, "instance_id": h.instance_id,
-               "availability_zone": "us-east-1a", "hostname": h.name, "local_ipv4": h.ip}
-        for h in all_hosts}, indent=2).encode())
+    _write_imds(all_hosts)
     for h, spec, fresh in started:
         wait_host(h)
         if fresh:
@@ -346,6 +346,14 @@ def _up(specs: list[HostSpec]) -> dict:
     return state
 
 
+def _write_imds(hosts: Sequence[HostState]) -> None:
+    """The IMDS stand-in's hosts file (it answers by client IP), in one rename."""
+    write_atomic(imds_hosts_file(), json.dumps({
+        h.ip: {"instance_type": h.instance_type, "instance_id": h.instance_id,
+               "availability_zone": "us-east-1a", "hostname": h.name, "local_ipv4": h.ip}
+        for h in hosts}, indent=2).encode())
+
+
 def _repo_dict(info) -> dict:
     d = dataclasses.asdict(info) if dataclasses.is_dataclass(info) and not isinstance(info, type) else dict(info)
     return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()}
@@ -356,29 +364,19 @@ def _repo_dict(info) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def reset_host(name: str) -> HostState:
-    """Give host ``name`` a fresh root (same name, IP, type and spec): for tests that need a bare host."""
-    (h,) = reset_hosts([name])
+def reset_host(name: str, *, instance_id: str | None = None) -> HostState:
+    """Give host ``name`` a fresh root (same name, IP, type and spec): for tests that need a bare host.
+    ``instance_id``: the instance id its metadata service gives from now on (the one it had, by default)."""
+    (h,) = reset_hosts([name], instance_id=instance_id)
     return h
 
 
-def reset_hosts(names: Sequence[str]) -> list[HostState]:
+def reset_hosts(names: Sequence[str], *, instance_id: str | None = None,
+                then: Callable[[Path], None] | None = None) -> list[HostState]:
     """Give each host of ``names`` a fresh root (:func:`reset_host`): the roots are made one after the other under
-    the sandbox's lock, then the hosts boot and get their preinstalled packages at the same time."""
-    made: list[tuple[HostState, HostSpec]] = []
-    with locked():
-        state = load_state()
-        for name in names:
-            h = get_host(name, state)
-            spec = HostSpec(**h.spec)
-            remove_host(h)
-            base = ensure_base(keep={x.base for x in hosts_from_state(state) if x.base})
-            supplies = services.ensure_supplies(base)
-            create_host(h, spec, base, supplies)
-            state["hosts"][name] = dataclasses.asdict(h)
-            made.append((h, spec))
-        save_state(state)
-        write_known_hosts(hosts_from_state(state))
+    the sandbox's lock, then the hosts boot and get their preinstalled packages at the same time. ``then(root)``
+    writes more into each new root before it boots (:func:`boot_host`)."""
+    made = _remake(names, instance_id, then)
 
     def ready(item: tuple[HostState, HostSpec]) -> HostState:
         h, spec = item
@@ -390,6 +388,50 @@ def reset_hosts(names: Sequence[str]) -> list[HostState]:
         return [ready(made[0])]
     with ThreadPoolExecutor(max_workers=len(made)) as pool:  # each boot waits on its own host
         return list(pool.map(ready, made))
+
+
+def _remake(names: Sequence[str], instance_id: str | None,
+            then: Callable[[Path], None] | None) -> list[tuple[HostState, HostSpec]]:
+    """Fresh roots for ``names``, under the sandbox's lock (:func:`reset_hosts`); the hosts start booting."""
+    if instance_id is not None and (len(names) != 1 or not re.fullmatch(r"i-[0-9a-f]{8,17}", instance_id)):
+        raise SandboxError(f"instance id {instance_id!r}: expected one host and an id like i-0123456789abcdef0")
+    made: list[tuple[HostState, HostSpec]] = []
+    with locked():
+        state = load_state()
+        for name in names:
+            h = get_host(name, state)
+            spec = HostSpec(**h.spec)
+            remove_host(h)
+            if instance_id is not None:
+                h.instance_id = instance_id
+            base = ensure_base(keep={x.base for x in hosts_from_state(state) if x.base})
+            supplies = services.ensure_supplies(base)
+            create_host(h, spec, base, supplies, then)
+            state["hosts"][name] = dataclasses.asdict(h)
+            made.append((h, spec))
+        save_state(state)
+        write_known_hosts(hosts_from_state(state))
+        if instance_id is not None:
+            _write_imds(hosts_from_state(state))
+    return made
+
+
+def boot_host(name: str, user_data: bytes, *, instance_id: str | None = None) -> HostState:
+    """Give host ``name`` a fresh disk and boot it from ``user_data``, once, as cloud-init runs a launch template's
+    (:mod:`.cloudinit`); ``instance_id``: the id it boots as (e.g. an instance of moto's Auto Scaling group).
+    Returns when its sshd answers, with the user data running: :func:`wait_user_data` waits for its end."""
+    cloudinit.check_user_data(user_data)
+    with locked():  # a bundle's wheels and the AWS CLI's: downloaded once, then served by the sandbox's PyPI
+        wheels = pypi.fetch_host_wheels(layout.CACHE_DIR / "repo-cache", PROJECT)
+    ((h, _spec),) = _remake([name], instance_id, lambda root: cloudinit.prepare(root, user_data, wheels))
+    machine.wait_port(h.ip, 22, 60, f"host {h.name} sshd", h.nspawn_pid)
+    return h
+
+
+def wait_user_data(name: str, timeout: float, *, say: Callable[[str], None] = log) -> str:
+    """Wait, at most ``timeout`` s, for the user data :func:`boot_host` started on ``name``; its result line."""
+    h = get_host(name)
+    return cloudinit.wait_boot(lambda command: ssh(h, command, check=False, timeout=30).stdout, timeout, say=say)
 
 
 def down() -> list[str]:

@@ -152,9 +152,15 @@ def start_host(h: HostState, base: Path, before_boot: Callable[[], None] | None 
     h.nspawn_pid = proc.pid
 
 
-def create_host(h: HostState, spec: HostSpec, base: Path, supplies: dict) -> None:
-    """A new host on an empty disk."""
-    start_host(h, base, lambda: prepare_root(h, spec, supplies))
+def create_host(h: HostState, spec: HostSpec, base: Path, supplies: dict,
+                then: Callable[[Path], None] | None = None) -> None:
+    """A new host on an empty disk; ``then(root)`` writes more into it before it boots."""
+    def before_boot() -> None:
+        prepare_root(h, spec, supplies)
+        if then:
+            then(h.root)
+
+    start_host(h, base, before_boot)
 
 
 def has_disk(h: HostState) -> bool:

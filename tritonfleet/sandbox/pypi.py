@@ -10,6 +10,12 @@ sha256 pinned here) and published under the served root (:func:`layout.repo_root
 
 URL: :func:`layout.pypi_index_url` (``http://192.168.250.1:8080/pypi/simple/``). Like the apt repositories, the
 tree is rebuilt only when its inputs change (a stamp of the wheels' names and hashes) and swapped in whole.
+
+A host booted from user data (``tritonfleet sandbox boot``, :mod:`tritonfleet.sandbox.cloudinit`) installs a whole
+fleet bundle with pip, as an Auto Scaling group's instance does from PyPI: for that the index also serves the host
+wheels (:func:`fetch_host_wheels`): the bundle's dependencies at the versions this controller runs, its build
+requirements and pip, for the hosts' Python (Debian 12's), and the AWS CLI an AMI ships, with its own dependencies.
+They are downloaded on the first boot and served from then on.
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from __future__ import annotations
 import email.parser
 import hashlib
 import html
+import importlib.metadata
+import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,10 +38,16 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from tritonfleet import wheelhouse
 from tritonfleet.pyreqs import pip_failure
 from tritonfleet.sandbox.aptrepo import _link_or_copy, _staged, _stamp_matches
 from tritonfleet.sandbox.fsutil import sha256_file
 from tritonfleet.sandbox.layout import PYPI_PATH, SandboxError
+
+try:  # Python 3.11+; before, pip's own copy of the same parser
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
 
 RECIPE_VERSION = "1"
 
@@ -58,6 +74,15 @@ WHEELS: tuple[Wheel, ...] = (
     Wheel("tabulate", "0.9.0", "tabulate-0.9.0-py3-none-any.whl",
           "024ca478df22e9340661486f85298cff5f6dcdba14f3813e8830015b9ed1948f"),
 )
+
+
+#: The AWS CLI of a host booted from user data, as an AMI ships one (the ASG user data runs ``aws``): version 1, from
+#: PyPI, whose botocore takes its endpoint from ``AWS_ENDPOINT_URL`` (the sandbox's AWS, as boto3 does).
+AWS_CLI = "awscli==1.46.3"
+#: The sandbox hosts' Python (Debian 12) and the platform tags of their wheels (glibc 2.36)
+HOST_PYTHON = "3.11"
+HOST_GLIBC = (17, 24, 27, 28, 31, 34, 36)
+HOST_WHEELS_RECIPE = "1"
 
 
 def requirement_lines(wheels: Sequence[Wheel] = WHEELS, *, hashes: bool = True) -> list[str]:
@@ -162,9 +187,93 @@ def build_index(root: Path, wheels: Sequence[Path]) -> Path:
 
 
 def ensure_index(root: Path, cache_dir: Path, wheels: Sequence[Wheel] = WHEELS, *,
-                 index_url: str | None = None, pip_args: Sequence[str] = ()) -> dict:
-    """Download (once) and publish the sandbox's wheels; ``{"url_path", "packages": {name: version}}``."""
+                 index_url: str | None = None, pip_args: Sequence[str] = (), host_project: Path | None = None) -> dict:
+    """Download (once) and publish the sandbox's wheels; ``{"url_path", "packages": {name: version}}``.
+
+    ``host_project``: also the host wheels for that project's bundles (downloaded when missing); without it, the
+    host wheels already downloaded for the current inputs are published too."""
     files = fetch_wheels(cache_dir, wheels, index_url=index_url, pip_args=pip_args)
+    project = host_project or Path(__file__).resolve().parents[2]
+    files += fetch_host_wheels(cache_dir, project, index_url=index_url, pip_args=pip_args,
+                               download=host_project is not None)
     build_index(root, files)
     return {"url_path": PYPI_PATH, "packages": {canonicalize_name(w.name): w.version for w in wheels}}
+
+
+# ------------------------------------------------------------------------------------- host wheels
+
+
+def controller_constraints() -> list[str]:
+    """``name==version`` of every distribution this controller's Python has (the project itself left out): the
+    versions a booted host gets are the ones that run here."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and canonicalize_name(name) != "tritonfleet":
+            found[canonicalize_name(name)] = dist.version
+    return sorted(f"{name}=={version}" for name, version in found.items())
+
+
+def bundle_requirements(project: Path) -> list[str]:
+    """What ``pip install BUNDLE`` takes from an index: the project's dependencies, its build requirements (pip
+    builds the bundle in an isolated environment) and pip (a venv's own, upgraded from the index)."""
+    try:
+        data = tomllib.loads((Path(project) / "pyproject.toml").read_text(encoding="utf-8"))
+        return [*data["project"]["dependencies"], *data["build-system"]["requires"], "pip"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
+        raise SandboxError(f"{project}/pyproject.toml: no [project] dependencies or [build-system] requires "
+                           f"({exc})") from None
+
+
+def _host_platform_args(machine: str) -> list[str]:
+    tags = [f"manylinux2014_{machine}"] + [f"manylinux_2_{v}_{machine}" for v in HOST_GLIBC]
+    return ["--only-binary=:all:", "--python-version", HOST_PYTHON, "--implementation", "cp",
+            *(arg for tag in tags for arg in ("--platform", tag))]
+
+
+def fetch_host_wheels(cache_dir: Path, project: Path, *, index_url: str | None = None, pip_args: Sequence[str] = (),
+                      download: bool = True) -> list[Path]:
+    """The host wheels (module doc) under ``cache_dir/host-wheels/<key>/``, by ``pip download`` for the hosts'
+    Python and machine: the bundle's requirements constrained to :func:`controller_constraints`; :data:`AWS_CLI`
+    with its own dependencies (it pins its botocore); what the agent's wheelhouse is built from. The key covers
+    every input, so a changed dependency downloads again. ``download`` False: only what is already there (``[]``
+    if nothing is)."""
+    machine = platform.machine()
+    constraints, requirements = controller_constraints(), bundle_requirements(project)
+    host = _host_platform_args(machine)
+    runs: list[tuple[list[str], bool, list[str]]] = [  # (requirements, constrained, pip's platform arguments)
+        (requirements, True, host),
+        ([AWS_CLI], False, host),
+        # the booted host deploys as its own controller: it builds the agent's wheelhouse (tritonfleet/wheelhouse.py)
+        # from the index, pure wheels for every host Python the agent supports and the QA and live extras for its own
+        *[([*wheelhouse.REQUIREMENTS, "pip"], False, ["--only-binary=:all:", "--python-version", python])
+          for python in wheelhouse.PYTHONS],
+        ([*wheelhouse.QA_REQUIREMENTS, *wheelhouse.LIVE_REQUIREMENTS, *wheelhouse.QA_HTTP_REQUIREMENTS], False, host),
+    ]
+    key = hashlib.sha256(json.dumps([HOST_WHEELS_RECIPE, HOST_PYTHON, machine, constraints, runs]).encode()
+                         ).hexdigest()[:16]
+    top = Path(cache_dir) / "host-wheels"
+    out = top / key
+    if (out / ".complete").exists():
+        return sorted(out.glob("*.whl"))
+    if not download:
+        return []
+    top.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=top) as tmp:
+        cons = Path(tmp) / "constraints.txt"
+        cons.write_text("".join(f"{line}\n" for line in constraints), encoding="utf-8")
+        dest = Path(tmp) / "wheels"
+        for what, constrained, platform_args in runs:
+            cmd = [sys.executable, "-m", "pip", *pip_args, "download", "--disable-pip-version-check", "--no-input",
+                   *platform_args, "--dest", str(dest), *(["-c", str(cons)] if constrained else []), *what]
+            if index_url:
+                cmd += ["--index-url", index_url]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
+            if proc.returncode != 0:
+                raise SandboxError(f"downloading the wheels of a booted host's bundle failed: "
+                                   f"{pip_failure(proc.stdout + proc.stderr)}")
+        (dest / ".complete").write_text(key + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(dest, out)
+    return sorted(out.glob("*.whl"))
 

@@ -65,7 +65,8 @@ def wanted_services(cache: Path) -> dict[str, tuple[int, list[str]]]:
                              "--directory", str(repo_root(cache))]),
         "imds": (IMDS_PORT, [py, "-m", "tritonfleet.sandbox.imds", "--bind", BRIDGE_IP, "--port", str(IMDS_PORT),
                              "--hosts-file", str(imds_hosts_file())]),
-        "s3": (S3_PORT, [str(Path(py).parent / "moto_server"), "-H", BRIDGE_IP, "-p", str(S3_PORT)]),
+        # moto's server, with the Auto Scaling launch wait moto lacks (awsapi.py): S3, SSM, EC2, Auto Scaling...
+        "s3": (S3_PORT, [py, "-m", "tritonfleet.sandbox.awsapi", "-H", BRIDGE_IP, "-p", str(S3_PORT)]),
         # Debian's prometheus (make prereqs installs it), scraping the targets `tritonfleet monitoring targets`
         # writes for the sandbox inventory (write_monitoring_targets)
         # (paths as arguments of their own: a leftover from another state directory is still recognised)
