@@ -28,7 +28,7 @@ TARGET    ?= cpu
 # haproxy: `haproxy -c` checks the lb role's rendered configuration (tests/fake/test_lb_role.py)
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus haproxy
 
-.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout bench-release qa-selftest-repo models release release-rollout serve rollout fleet-up fleet-down fleet-list autoscale qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout bench-release qa-selftest-repo models release release-rollout serve rollout fleet-up fleet-down fleet-list autoscale qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-boot sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -37,6 +37,7 @@ help: ## List targets and their variables
 	@echo "Variables:"
 	@echo "  HOSTS=$(HOSTS)           number of sandbox hosts (sandbox-up)"
 	@echo "  TYPES=$(TYPES)   instance type per host, comma separated (sandbox-up, demo)"
+	@echo "  HOST=sbx-01 USER_DATA=file INSTANCE_ID=i-...   sandbox-boot: the host, its user data script, the instance id it boots as"
 	@echo "  INVENTORY=$(INVENTORY)   pyinfra inventory (serve, models, qa, qa-schedule, monitoring, status)"
 	@echo "  PREVIOUS=1           status: also show what a rollback would return to"
 	@echo "  PROMETHEUS=url       status: exporters up or not, read from this Prometheus"
@@ -126,6 +127,10 @@ mutate: setup ## Mutation testing report (mutmut; pure and @fake tests): mutate-
 
 sandbox-up: prereqs setup-triton ## Bring up the sandbox fleet (HOSTS, TYPES)
 	$(TF) sandbox up --hosts $(HOSTS) --instance-type $(TYPES)
+
+sandbox-boot: prereqs setup-triton ## Boot sandbox host HOST on a fresh disk from USER_DATA, as cloud-init runs a launch template's (INSTANCE_ID: the id it boots as)
+	@test -n "$(HOST)" && test -n "$(USER_DATA)" || { echo "usage: make sandbox-boot HOST=sbx-01 USER_DATA=user-data.sh [INSTANCE_ID=i-...]" >&2; exit 2; }
+	$(TF) sandbox boot '$(HOST)' --user-data '$(USER_DATA)' $(if $(INSTANCE_ID),--instance-id '$(INSTANCE_ID)')
 
 sandbox-down: setup ## Tear the sandbox fleet down, leaving no trace
 	$(TF) sandbox down

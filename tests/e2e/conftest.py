@@ -21,15 +21,16 @@ FLEET = [
     fleet.HostSpec("inf1.xlarge", name="legacy", preinstall=["aws-neuron-dkms", "aws-neuron-runtime"]),
     fleet.HostSpec("inf2.xlarge", name="nodrv", driver_creates_devices=False),
     fleet.HostSpec("inf2.xlarge", name="scratch"),
-    # the second fleet worker's host (tests/conftest.py: E2E_SECOND_FILES): no other e2e file touches it
+    # the second fleet worker's hosts (tests/conftest.py: E2E_SECOND_FILES): no other e2e file touches them
     fleet.HostSpec("inf2.xlarge", name="scratch2"),
+    fleet.HostSpec("inf2.xlarge", name="scratch3"),
     fleet.HostSpec(fleet.LB_TYPE, name="lb"),  # the load balancer: general purpose, no accelerator (test_lb.py)
 ]
 
 #: The hosts of the second fleet worker's files (tests/conftest.py: E2E_SECOND_FILES), which run beside the others:
 #: no other e2e file names them (tests/unit/test_suite_groups.py), and a test of the whole fleet leaves them out
 #: (they may be mid-reset at any time).
-SECOND_WORKER_HOSTS = ("scratch2", "inf2big")
+SECOND_WORKER_HOSTS = ("scratch2", "scratch3", "inf2big")
 
 
 def first_worker_hosts(names) -> list[str]:

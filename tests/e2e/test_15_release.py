@@ -32,7 +32,7 @@ from tests.e2e.test_07_models import ADD_SUB, BROKEN, _client, _infer, _model, _
 from tritonfleet.sandbox import fleet
 from tritonfleet.sandbox.layout import logs_dir
 
-CANARY, OTHER = "scratch", "trn1"
+CANARY, OTHER = "scratch2", "scratch3"  # the second fleet worker's hosts (tests/conftest.py: E2E_SECOND_FILES)
 HOSTS = [CANARY, OTHER]
 TRITONFLEET = str(Path(sys.executable).parent / "tritonfleet")
 STATE = "/var/lib/tritonfleet/models-pull.json"
