@@ -58,7 +58,7 @@ NO_FLEET_LAYERS = {"pure", "fake", "triton"}
 # the two streams share the fleet's bring-up (one ``up`` under the sandbox's lock, the machine's baseline taken
 # once: ``run_dir``) and nothing else. The teardown tests wait for this stream to end (``wait_for_groups``).
 E2E_SECOND_FILES = {"test_04_faults.py", "test_07_models.py", "test_12_server_models.py", "test_15_release.py",
-                    "test_16_asg_boot.py"}
+                    "test_16_asg_boot.py", "test_17_watchdog_leak.py"}
 # Of the sandbox layer, only these files touch the machine's sandbox state (its state dir, machines, bridge and
 # ports) and so run on the fleet worker after the e2e tests; the other builders' tests (images, packages,
 # repositories, the PyPI index, IMDS) work in temporary directories and on loopback, and run on the host

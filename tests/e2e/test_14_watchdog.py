@@ -15,9 +15,9 @@ One deploy with ``watchdog_enabled`` (a 5 s interval and a policy with short win
   watchdog's column;
 - a second run changes nothing.
 
-What the sandbox cannot show: a real Auto Scaling group replacing the instance (moto records the health only),
-and the leak policy, whose window needs ten samples (the unit tests drive it with recorded memory:
-tests/unit/test_watchrun.py)."""
+What the sandbox cannot show: a real Auto Scaling group replacing the instance (moto records the health only).
+The leak policy runs in tests/e2e/test_17_watchdog_leak.py (a model that leaks on every request, on the second fleet
+worker's host), and in the unit tests with recorded memory (tests/unit/test_watchrun.py)."""
 
 from __future__ import annotations
 
