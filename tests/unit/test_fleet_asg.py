@@ -505,3 +505,59 @@ def test_group_needs_subnets_and_sane_sizes(aws):  # noqa: F811
 def test_bundle_tar_is_gzip_with_no_owner(built):
     with tarfile.open(fileobj=io.BytesIO(built.path.read_bytes()), mode="r:gz") as tar:
         assert {(m.uid, m.gid, m.uname, m.gname) for m in tar.getmembers()} == {(0, 0, "", "")}
+
+
+# -- target groups of the group (issue 25, part 2: the instance joins its target groups once its launch hook passes,
+# leaves them before termination; both are the Auto Scaling service's, which moto does not run) ------------------
+
+def _target_group(clients, name: str, kind: str = "instance") -> str:
+    vpc = clients.ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
+    return clients.elbv2.create_target_group(Name=name, Protocol="HTTP", Port=8000, VpcId=vpc, TargetType=kind)[
+        "TargetGroups"][0]["TargetGroupArn"]
+
+
+def _group_tgs(clients, name: str) -> tuple[list[str], str]:
+    group = clients.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+    return sorted(group.get("TargetGroupARNs") or []), group["HealthCheckType"]
+
+
+def test_up_asg_puts_the_group_in_its_target_groups_exactly_and_checks_them_before_publishing(aws, tmp_path):  # noqa: F811
+    put_public_parameter(NEURON_PARAM, image_named(aws, "ubuntu"))
+    aws.s3.create_bucket(Bucket="fleet-bundles")
+    http, grpc = _target_group(aws, "prod-http"), _target_group(aws, "prod-grpc")
+
+    def up(**kwargs):
+        return lifecycle.up_asg(aws, spec(), root=ROOT, data=DATA, bundle_s3="s3://fleet-bundles/prod",
+                                work_dir=tmp_path, secret_parameters=SECRETS, **kwargs)
+
+    result = up(target_groups=[http, http])
+    assert _group_tgs(aws, result.group) == ([http], "ELB")  # the group replaces what the target group fails
+    up()  # not given: they stay
+    assert _group_tgs(aws, result.group) == ([http], "ELB")
+    up(target_groups=[grpc, http])  # given: exactly these
+    assert _group_tgs(aws, result.group) == (sorted([grpc, http]), "ELB")
+    up(target_groups=[grpc])
+    assert _group_tgs(aws, result.group) == ([grpc], "ELB")
+    up(target_groups=[])
+    assert _group_tgs(aws, result.group) == ([], "EC2")
+
+
+@pytest.mark.parametrize("arn, message", [
+    ("prod-http", "expected an ELBv2 target group ARN"),
+    ("arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/app/x/0123456789abcdef",
+     "expected an ELBv2 target group ARN"),
+    ("arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/nope/0123456789abcdef", "no such target group"),
+    ("ip", "target type is ip; an Auto Scaling group registers instances"),
+])
+def test_a_target_group_the_group_cannot_use_is_refused_in_one_line_before_anything_is_published(
+        aws, tmp_path, arn, message):  # noqa: F811
+    put_public_parameter(NEURON_PARAM, image_named(aws, "ubuntu"))
+    aws.s3.create_bucket(Bucket="fleet-bundles")
+    if arn == "ip":
+        arn = _target_group(aws, "prod-ip", "ip")
+    with pytest.raises(FleetError, match=message) as exc:
+        lifecycle.up_asg(aws, spec(), root=ROOT, data=DATA, bundle_s3="s3://fleet-bundles/prod", work_dir=tmp_path,
+                         secret_parameters=SECRETS, target_groups=[arn])
+    assert "\n" not in str(exc.value)
+    assert aws.s3.list_objects_v2(Bucket="fleet-bundles").get("KeyCount") == 0
+    assert not asg.find_groups(aws, "prod")

@@ -95,6 +95,14 @@ def test_asg_needs_a_bundle(cli):
                     "--asg needs --bundle-s3")
 
 
+def test_a_target_group_without_asg_is_one_line_before_anything_launches(cli):
+    clients, run = cli
+    _one_line_error(run("up", "--fleet", "prod", "-t", "inf2.xlarge", "--ssh-cidr", CIDR, "--target-group",
+                        "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/x/0123456789abcdef"),
+                    "--target-group is for --asg")
+    assert not clients.ec2.describe_instances()["Reservations"]
+
+
 def test_ssh_cidr_is_required(cli, monkeypatch):
     _clients, run = cli
     monkeypatch.delenv("TRITONFLEET_SSH_CIDR", raising=False)

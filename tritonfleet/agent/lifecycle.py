@@ -23,7 +23,8 @@ completes the launch hook, and a terminating one waits in ``Terminating:Wait`` u
 
 Leaving the load balancer: a target group attached to the Auto Scaling group is left by the Auto Scaling service
 itself (it deregisters a terminating instance and waits for the target group's deregistration delay), which needs
-no permission on the host; attaching the group's target groups is the controller's job. An HAProxy front
+no permission on the host; the controller attaches the group's target groups (``tritonfleet fleet up --asg
+--target-group``). An HAProxy front
 (``roles/lb.py``) is on other hosts, driven by the controller over SSH: the drain command is the hook for it, e.g. a
 script that asks a controller-side service to set this host's servers to ``drain`` (``{instance_id}`` in a word is
 replaced by this instance's id).

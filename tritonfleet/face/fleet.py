@@ -100,6 +100,10 @@ def fleet() -> None:
 @click.option("--secret", "secrets", multiple=True, help="--asg: data_key=/ssm/parameter read at boot, repeatable.")
 @click.option("--min-size", type=int, help="--asg: minimum size (default --count).")
 @click.option("--max-size", type=int, help="--asg: maximum size (default --count).")
+@click.option("--target-group", "target_groups", multiple=True,
+              help="--asg: ELBv2 target group (of instances) the group's instances serve in, repeatable; the group "
+                   "registers an instance once its launch hook passes and deregisters it before termination. Given: "
+                   "exactly these; not given: an existing group's stay.")
 def up(fleet_name: str, region: str, instance_type: str, count: int, role: str, os_name: str, ami: str | None,
        ssh_user: str | None, ssh_cidr: str, allow_wide_ssh: bool, triton_source_sg: str | None,
        metrics_sources: tuple[str, ...], triton_servers: int | None,
@@ -107,7 +111,8 @@ def up(fleet_name: str, region: str, instance_type: str, count: int, role: str, 
        key_dir: str | None, models_s3_uri: str | None, qa_s3_uri: str | None, ecr_pull: bool,
        models_s3_direct: bool, on_partial: str,
        wait: bool, ready_timeout: int, asg: bool, bundle_s3: str | None, bundle_data: str | None,
-       secrets: tuple[str, ...], min_size: int | None, max_size: int | None) -> None:
+       secrets: tuple[str, ...], min_size: int | None, max_size: int | None,
+       target_groups: tuple[str, ...]) -> None:
     """Launch the fleet's instances (or its Auto Scaling group) with security group, key pair and profile."""
     spec = lifecycle.FleetSpec(
         fleet=fleet_name, instance_type=instance_type, ssh_cidr=ssh_cidr, count=count, role=role, os_name=os_name,
@@ -119,8 +124,11 @@ def up(fleet_name: str, region: str, instance_type: str, count: int, role: str, 
     with _one_line():
         clients = Clients(region)
         if asg:
-            _up_asg(clients, spec, bundle_s3, bundle_data, secrets, min_size, max_size)
+            _up_asg(clients, spec, bundle_s3, bundle_data, secrets, min_size, max_size, target_groups or None)
             return
+        if target_groups:
+            raise FleetError("--target-group is for --asg (instances launched without a group are registered by "
+                             "tritonfleet rollout --lb elbv2 --target-group)")
         result = lifecycle.up(clients, spec, wait=wait, ready_timeout=ready_timeout, echo=click.echo)
         ids = result.existing + result.launched
         print_instances(instances.rows(instances.describe(clients, ids=ids)) if ids else [])
@@ -134,7 +142,8 @@ def _project_root() -> Path:
 
 
 def _up_asg(clients: Clients, spec: lifecycle.FleetSpec, bundle_s3: str | None, bundle_data: str | None,
-            secrets: tuple[str, ...], min_size: int | None, max_size: int | None) -> None:
+            secrets: tuple[str, ...], min_size: int | None, max_size: int | None,
+            target_groups: tuple[str, ...] | None) -> None:
     if not bundle_s3 or not bundle_data:
         raise FleetError("--asg needs --bundle-s3 s3://bucket/prefix and --bundle-data FILE.json")
     try:
@@ -152,7 +161,7 @@ def _up_asg(clients: Clients, spec: lifecycle.FleetSpec, bundle_s3: str | None, 
     with tempfile.TemporaryDirectory(prefix="tritonfleet-bundle-") as work:
         result = lifecycle.up_asg(clients, spec, root=_project_root(), data=data, bundle_s3=bundle_s3, work_dir=work,
                                   secret_parameters=parameters, min_size=min_size, max_size=max_size,
-                                  echo=click.echo)
+                                  target_groups=target_groups, echo=click.echo)
     if not result.created:
         click.echo("running instances keep their launch template version until an instance refresh replaces them")
 

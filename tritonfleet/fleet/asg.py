@@ -231,16 +231,50 @@ def ensure_lifecycle_hooks(clients: Clients, group: str, *, launch_timeout: int 
         raise FleetError(f"lifecycle hooks of Auto Scaling group {group}: {one_line(exc)}") from None
 
 
+_TARGET_GROUP_ARN = re.compile(r"^arn:aws[a-z-]*:elasticloadbalancing:[a-z0-9-]+:\d{12}:targetgroup/[A-Za-z0-9-]{1,32}/"
+                               r"[0-9a-f]{16}$")
+
+
+def check_target_groups(clients: Clients, arns: Sequence[str]) -> list[str]:
+    """``arns`` (sorted, once each) when each is an ELBv2 target group of instances; else a one-line error saying
+    what to pass. A group registers its instances by id, so an ``ip`` or ``lambda`` target group cannot be its."""
+    wanted = sorted(set(arns))
+    bad = [a for a in wanted if not _TARGET_GROUP_ARN.match(a)]
+    if bad:
+        raise FleetError(f"--target-group {bad[0]}: expected an ELBv2 target group ARN "
+                         "(arn:aws:elasticloadbalancing:REGION:ACCOUNT:targetgroup/NAME/ID)")
+    for arn in wanted:  # one at a time: the error names the one that is missing
+        try:
+            (found,) = clients.elbv2.describe_target_groups(TargetGroupArns=[arn])["TargetGroups"]
+        except ClientError as exc:
+            if error_code(exc) == "TargetGroupNotFound":
+                raise FleetError(f"--target-group {arn}: no such target group in {clients.region}") from None
+            raise FleetError(f"--target-group {arn}: {one_line(exc)}") from None
+        kind = found.get("TargetType")
+        if kind != "instance":
+            raise FleetError(f"--target-group {arn}: its target type is {kind}; an Auto Scaling group registers "
+                             "instances, so it needs a target group of type instance")
+    return wanted
+
+
 def ensure_group(clients: Clients, fleet: str, template: tuple[str, int], subnets: Sequence[str], *,
                  desired: int, min_size: int | None = None, max_size: int | None = None,
                  grace: int = 900, launch_timeout: int = LAUNCH_TIMEOUT,
-                 terminate_timeout: int = TERMINATE_TIMEOUT) -> tuple[str, bool]:
+                 terminate_timeout: int = TERMINATE_TIMEOUT,
+                 target_groups: Sequence[str] | None = None) -> tuple[str, bool]:
     """Create the fleet's group, or point it at ``template``'s version and size; ``(name, created)``. Either way
     the group gets its lifecycle hooks (:func:`ensure_lifecycle_hooks`); a new group has them from its creation
     on, so that its first instances wait for their bootstrap too.
 
+    ``target_groups``: the ELBv2 target groups of instances the group's instances serve in, exactly those (None:
+    an existing group's stay as they are). The Auto Scaling service registers an instance once it is InService
+    (its launch hook completed with CONTINUE) and deregisters a terminating one, waiting for the target group's
+    deregistration delay, before its termination hook; the group then also replaces instances the target groups'
+    health checks fail (health check type ELB).
+
     An existing group's running instances keep their version until an instance refresh replaces them."""
     hooks = lifecycle_hooks(launch_timeout=launch_timeout, terminate_timeout=terminate_timeout)
+    wanted_tgs = None if target_groups is None else check_target_groups(clients, target_groups)
     if not subnets:
         raise FleetError("an Auto Scaling group needs subnets: pass --subnet (one per AZ to spread over)")
     name = resource_name(fleet)
@@ -251,19 +285,34 @@ def ensure_group(clients: Clients, fleet: str, template: tuple[str, int], subnet
     spec = {"LaunchTemplate": {"LaunchTemplateId": template[0], "Version": str(template[1])},
             "MinSize": min_size, "MaxSize": max_size, "DesiredCapacity": desired,
             "VPCZoneIdentifier": ",".join(subnets), "HealthCheckGracePeriod": grace, "DefaultInstanceWarmup": grace}
+    if wanted_tgs is not None:
+        spec["HealthCheckType"] = "ELB" if wanted_tgs else "EC2"
     try:
-        created = not any(g["AutoScalingGroupName"] == name for g in find_groups(clients, fleet))
+        existing = [g for g in find_groups(clients, fleet) if g["AutoScalingGroupName"] == name]
+        created = not existing
         if created:
             clients.asg.create_auto_scaling_group(AutoScalingGroupName=name, Tags=_group_tags(name, fleet),
-                                                  LifecycleHookSpecificationList=hooks, **spec)
+                                                  LifecycleHookSpecificationList=hooks,
+                                                  **({"TargetGroupARNs": wanted_tgs} if wanted_tgs else {}), **spec)
         else:
             clients.asg.update_auto_scaling_group(AutoScalingGroupName=name, **spec)
+            if wanted_tgs is not None:
+                _set_target_groups(clients, name, set(existing[0].get("TargetGroupARNs") or []), set(wanted_tgs))
     except ClientError as exc:
         if error_code(exc) == "AlreadyExists":
             raise FleetError(f"Auto Scaling group {name} exists but is not tagged for fleet {fleet}") from None
         raise FleetError(f"Auto Scaling group {name}: {one_line(exc)}") from None
     ensure_lifecycle_hooks(clients, name, launch_timeout=launch_timeout, terminate_timeout=terminate_timeout)
     return name, created
+
+
+def _set_target_groups(clients: Clients, name: str, have: set[str], wanted: set[str]) -> None:
+    """Attach the target groups ``name`` lacks, then detach those no longer wanted (its instances deregister from
+    them, each after its target group's deregistration delay)."""
+    if wanted - have:
+        clients.asg.attach_load_balancer_target_groups(AutoScalingGroupName=name, TargetGroupARNs=sorted(wanted - have))
+    if have - wanted:
+        clients.asg.detach_load_balancer_target_groups(AutoScalingGroupName=name, TargetGroupARNs=sorted(have - wanted))
 
 
 def delete_groups(clients: Clients, fleet: str, *, timeout: float = 900, interval: float = 15,

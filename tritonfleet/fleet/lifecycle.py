@@ -10,7 +10,7 @@ dependency order, and nothing else.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -162,8 +162,12 @@ class AsgResult:
 
 def up_asg(clients: Clients, spec: FleetSpec, *, root: str | Path, data: Mapping[str, Any], bundle_s3: str,
            work_dir: str | Path, secret_parameters: Mapping[str, str] | None = None,
-           min_size: int | None = None, max_size: int | None = None, echo: Echo = lambda _line: None) -> AsgResult:
-    """Publish a bundle and create (or update) the fleet's launch template and Auto Scaling group."""
+           min_size: int | None = None, max_size: int | None = None, target_groups: Sequence[str] | None = None,
+           echo: Echo = lambda _line: None) -> AsgResult:
+    """Publish a bundle and create (or update) the fleet's launch template and Auto Scaling group (``target_groups``:
+    :func:`tritonfleet.fleet.asg.ensure_group`'s, checked before anything is published)."""
+    if target_groups is not None:
+        target_groups = asg.check_target_groups(clients, target_groups)
     spec, itype = spec.checked()
     if data.get("models_s3_direct") is True:  # the bundle's hosts read S3 from Triton's container
         spec = replace(spec, models_s3_direct=True)
@@ -179,7 +183,7 @@ def up_asg(clients: Clients, spec: FleetSpec, *, root: str | Path, data: Mapping
                                      secret_parameters=secret_parameters)
     template = asg.ensure_launch_template(clients, spec.fleet, asg.template_data(req, user_data))
     group, created = asg.ensure_group(clients, spec.fleet, template, subnets, desired=spec.count,
-                                      min_size=min_size, max_size=max_size)
+                                      min_size=min_size, max_size=max_size, target_groups=target_groups)
     echo(f"Auto Scaling group {group} ({'created' if created else 'updated'}) on launch template "
          f"{template[0]} version {template[1]}")
     return AsgResult(group, created, template, url, built.sha256)
