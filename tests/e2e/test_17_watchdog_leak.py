@@ -23,10 +23,13 @@ HOST = "scratch3"  # the second fleet worker's host (tests/conftest.py: E2E_SECO
 STATE = "/var/lib/tritonfleet/watchdog/last.json"
 TEXTFILE = "/var/lib/prometheus/node-exporter/tritonfleet_watchdog.prom"
 WINDOW = 40  # seconds: the leak window; five samples at the 5 s interval span half of it
-POLICY = {"leak": ["report"], "leak_window_seconds": WINDOW, "leak_mib_per_hour": 256, "leak_min_growth_pct": 5,
+# thresholds far below the leak (8 MiB a request: some GiB an hour, several times the server's own memory in the
+# window) and far above a server that loads and answers its first requests (CI, eighth session: 38 -> 46 MiB in 20 s
+# at its start, 1125 MiB/h, was reported under thresholds of 256 MiB/h and 5 %)
+POLICY = {"leak": ["report"], "leak_window_seconds": WINDOW, "leak_mib_per_hour": 4000, "leak_min_growth_pct": 25,
           "leak_min_samples": 5, "not_ready": [], "model_unready": [], "crash_loop": [], "foreign_cores": []}
-LEAK_MIB = 4  # kept by the model on every request
-MAX_REQUESTS = 240  # two a second at most: 120 s, about 1 GiB, whatever happens
+LEAK_MIB = 8  # kept by the model on every request
+MAX_REQUESTS = 240  # two a second at most: 120 s and 2 GiB at most, whatever happens
 CONFIG = (fleet.SAMPLES / "add_sub/config.pbtxt").read_text()
 LEAKY = (fleet.SAMPLES / "add_sub/1/model.py").read_text().replace(
     "class TritonPythonModel:\n", "KEPT = []\n\n\nclass TritonPythonModel:\n", 1).replace(
@@ -77,11 +80,14 @@ def watched(sandbox, tmp_path_factory):
     try:
         run = pyinfra(inv, "deploys/serve.py")
         assert run.returncode == 0, run.output[-5000:]
+        client = httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000", network_timeout=30)
+        for _ in range(3):  # loaded and answering (its first requests grow it) before the watchdog's window starts
+            _infer(client)
         started = time.time()
         ssh(HOST, "systemctl restart tritonfleet-watchdog")
         poll("the watchdog's first pass", lambda: _state().get("started", 0) >= started - 1
              and _state().get("servers", {}).get("triton", {}).get("ready"), 60)
-        yield httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000", network_timeout=30)
+        yield client
     finally:
         for path in files:
             s3.delete_object(Bucket=fleet.S3_BUCKET, Key=prefix + path)
@@ -91,8 +97,7 @@ def watched(sandbox, tmp_path_factory):
 
 def test_a_server_that_does_not_grow_is_not_reported(watched):
     since = time.time()
-    _infer(watched)  # the model loaded and answering, its memory flat
-    time.sleep(WINDOW * 0.6)  # samples spanning more than the fit needs
+    time.sleep(WINDOW * 0.6)  # the model loaded and warm, its memory flat: samples spanning more than the fit needs
     assert _leaks(since) == [] and _metric() == 0.0
 
 
@@ -101,7 +106,7 @@ def test_a_model_that_leaks_on_every_request_is_reported_within_its_window(watch
     deadline = time.monotonic() + 2 * WINDOW + 40
     for i in range(MAX_REQUESTS):  # bounded in count and in time
         _infer(watched)
-        found = _leaks(since) if i % 10 == 9 else found
+        found = _leaks(since) if i % 5 == 4 else found
         if found or time.monotonic() > deadline:
             break
         time.sleep(0.5)

@@ -28,6 +28,7 @@ import re
 import secrets
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -371,12 +372,10 @@ def reset_host(name: str, *, instance_id: str | None = None) -> HostState:
     return h
 
 
-def reset_hosts(names: Sequence[str], *, instance_id: str | None = None,
-                then: Callable[[Path], None] | None = None) -> list[HostState]:
+def reset_hosts(names: Sequence[str], *, instance_id: str | None = None) -> list[HostState]:
     """Give each host of ``names`` a fresh root (:func:`reset_host`): the roots are made one after the other under
-    the sandbox's lock, then the hosts boot and get their preinstalled packages at the same time. ``then(root)``
-    writes more into each new root before it boots (:func:`boot_host`)."""
-    made = _remake(names, instance_id, then)
+    the sandbox's lock, then the hosts boot and get their preinstalled packages at the same time."""
+    made = _remake(names, instance_id, None)
 
     def ready(item: tuple[HostState, HostSpec]) -> HostState:
         h, spec = item
@@ -392,7 +391,8 @@ def reset_hosts(names: Sequence[str], *, instance_id: str | None = None,
 
 def _remake(names: Sequence[str], instance_id: str | None,
             then: Callable[[Path], None] | None) -> list[tuple[HostState, HostSpec]]:
-    """Fresh roots for ``names``, under the sandbox's lock (:func:`reset_hosts`); the hosts start booting."""
+    """Fresh roots for ``names``, under the sandbox's lock (:func:`reset_hosts`); ``then(root)`` writes more into
+    each before it boots (:func:`boot_host`); the hosts start booting."""
     if instance_id is not None and (len(names) != 1 or not re.fullmatch(r"i-[0-9a-f]{8,17}", instance_id)):
         raise SandboxError(f"instance id {instance_id!r}: expected one host and an id like i-0123456789abcdef0")
     made: list[tuple[HostState, HostSpec]] = []
@@ -419,7 +419,8 @@ def _remake(names: Sequence[str], instance_id: str | None,
 def boot_host(name: str, user_data: bytes, *, instance_id: str | None = None) -> HostState:
     """Give host ``name`` a fresh disk and boot it from ``user_data``, once, as cloud-init runs a launch template's
     (:mod:`.cloudinit`); ``instance_id``: the id it boots as (e.g. an instance of moto's Auto Scaling group).
-    Returns when its sshd answers, with the user data running: :func:`wait_user_data` waits for its end."""
+    Returns when its sshd answers, with the user data running: :func:`wait_user_data` waits for its end. The
+    packages its spec preinstalls are not installed (dpkg would race the user data's own apt)."""
     cloudinit.check_user_data(user_data)
     with locked():  # a bundle's wheels and the AWS CLI's: downloaded once, then served by the sandbox's PyPI
         wheels = pypi.fetch_host_wheels(layout.CACHE_DIR / "repo-cache", PROJECT)
@@ -431,7 +432,14 @@ def boot_host(name: str, user_data: bytes, *, instance_id: str | None = None) ->
 def wait_user_data(name: str, timeout: float, *, say: Callable[[str], None] = log) -> str:
     """Wait, at most ``timeout`` s, for the user data :func:`boot_host` started on ``name``; its result line."""
     h = get_host(name)
-    return cloudinit.wait_boot(lambda command: ssh(h, command, check=False, timeout=30).stdout, timeout, say=say)
+
+    def read(command: str) -> str:
+        try:
+            return ssh(h, command, check=False, timeout=30).stdout
+        except subprocess.TimeoutExpired:  # a host busy with its user data may answer late: it still runs
+            return ""
+
+    return cloudinit.wait_boot(read, timeout, say=say)
 
 
 def down() -> list[str]:
