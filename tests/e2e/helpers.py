@@ -199,3 +199,31 @@ def poll(what: str, check, deadline: float, interval: float = 1.0, context=lambd
             return last
         time.sleep(interval)
     pytest.fail(f"{what}: not seen within {deadline}s (last: {last!r}){context()}")
+
+
+# -- the host watchdog, read as a user reads it (its state file and textfile metric, over SSH) ---------------------
+
+WATCHDOG_STATE = "/var/lib/tritonfleet/watchdog/last.json"
+WATCHDOG_TEXTFILE = "/var/lib/prometheus/node-exporter/tritonfleet_watchdog.prom"
+
+
+def watchdog_state(name: str) -> dict:
+    """The watchdog's state file on host ``name`` (``{}`` before its first pass)."""
+    import json
+
+    return json.loads(ssh(name, f"cat {WATCHDOG_STATE} 2>/dev/null || echo {{}}").stdout or "{}")
+
+
+def watchdog_actions(name: str, reason: str, since: float) -> list[dict]:
+    """The watchdog's actions for ``reason`` taken at ``since`` or later (the state file carries the last 50 over
+    restarts of the service; the sandbox's hosts share this machine's clock)."""
+    return [a for a in watchdog_state(name).get("actions", []) if a["reason"] == reason and a["at"] >= since]
+
+
+def watchdog_metric(name: str, action: str, reason: str) -> float:
+    """``tritonfleet_watchdog_actions_total`` of ``action`` for ``reason`` in the host's textfile (0 if none)."""
+    for line in ssh(name, f"cat {WATCHDOG_TEXTFILE} 2>/dev/null || true").stdout.splitlines():
+        if line.startswith("tritonfleet_watchdog_actions_total{") and f'action="{action}"' in line \
+                and f'reason="{reason}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

@@ -31,7 +31,18 @@ import boto3
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import ROOT, assert_noop, host_ip, poll, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import (
+    ROOT,
+    assert_noop,
+    host_ip,
+    poll,
+    pyinfra,
+    ssh,
+    watchdog_actions,
+    watchdog_metric,
+    watchdog_state,
+    write_inventory,
+)
 from tritonfleet.face import dashboards
 from tritonfleet.face.status import fleet_status
 from tritonfleet.sandbox import fleet, layout
@@ -40,8 +51,6 @@ TF = str(Path(sys.executable).parent / "tritonfleet")
 HOSTS_DASHBOARD = ROOT / "dashboards" / "tritonfleet-hosts.json"
 
 HOST = "inf2"
-STATE = "/var/lib/tritonfleet/watchdog/last.json"
-TEXTFILE = "/var/lib/prometheus/node-exporter/tritonfleet_watchdog.prom"
 FAULTS = "/run/tritonfleet-sandbox/neuron-hw-errors.json"
 POLICY = {"crash_loop": ["restart", "report"], "crash_restarts": 2, "crash_window_seconds": 120,
           "max_restarts_per_hour": 1, "settle_seconds": 0, "not_ready": [], "model_unready": [],
@@ -55,14 +64,11 @@ def _aws(service: str):
 
 
 def _state() -> dict:
-    out = ssh(HOST, f"cat {STATE} 2>/dev/null || echo {{}}").stdout
-    return json.loads(out or "{}")
+    return watchdog_state(HOST)
 
 
 def _actions(reason: str, since: float) -> list[dict]:
-    """The watchdog's actions for ``reason`` taken at ``since`` or later (the state file carries the last 50
-    over restarts of the service; the sandbox's hosts share this machine's clock)."""
-    return [a for a in _state().get("actions", []) if a["reason"] == reason and a["at"] >= since]
+    return watchdog_actions(HOST, reason, since)
 
 
 def _wait(what: str, check, deadline: float = DEADLINE):
@@ -70,12 +76,7 @@ def _wait(what: str, check, deadline: float = DEADLINE):
 
 
 def _metric(action: str, reason: str) -> float:
-    text = ssh(HOST, f"cat {TEXTFILE}").stdout
-    for line in text.splitlines():
-        if line.startswith("tritonfleet_watchdog_actions_total{") and f'action="{action}"' in line \
-                and f'reason="{reason}"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return watchdog_metric(HOST, action, reason)
 
 
 def _ready() -> bool:

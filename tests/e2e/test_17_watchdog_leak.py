@@ -6,7 +6,6 @@ requests, for more of the window than the fit needs, is not reported. Requests a
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -16,12 +15,19 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.helpers import host_ip, poll, pyinfra, ssh, write_inventory
+from tests.e2e.helpers import (
+    host_ip,
+    poll,
+    pyinfra,
+    ssh,
+    watchdog_actions,
+    watchdog_metric,
+    watchdog_state,
+    write_inventory,
+)
 from tritonfleet.sandbox import fleet
 
 HOST = "scratch3"  # the second fleet worker's host (tests/conftest.py: E2E_SECOND_FILES)
-STATE = "/var/lib/tritonfleet/watchdog/last.json"
-TEXTFILE = "/var/lib/prometheus/node-exporter/tritonfleet_watchdog.prom"
 WINDOW = 40  # seconds: the leak window; five samples at the 5 s interval span half of it
 # thresholds far below the leak (8 MiB a request: some GiB an hour, several times the server's own memory in the
 # window) and far above a server that loads and answers its first requests (CI, eighth session: 38 -> 46 MiB in 20 s
@@ -41,22 +47,6 @@ LEAKY = (fleet.SAMPLES / "add_sub/1/model.py").read_text().replace(
 def _s3():
     return boto3.client("s3", endpoint_url=fleet.s3_endpoint(), region_name=fleet.S3_REGION,
                         aws_access_key_id="sandbox", aws_secret_access_key="sandbox")
-
-
-def _state() -> dict:
-    return json.loads(ssh(HOST, f"cat {STATE} 2>/dev/null || echo {{}}").stdout or "{}")
-
-
-def _leaks(since: float) -> list[dict]:
-    return [a for a in _state().get("actions", []) if a["reason"] == "leak" and a["at"] >= since]
-
-
-def _metric() -> float:
-    for line in ssh(HOST, f"cat {TEXTFILE} 2>/dev/null || true").stdout.splitlines():
-        if line.startswith("tritonfleet_watchdog_actions_total{") and 'reason="leak"' in line \
-                and 'action="report"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def _infer(client: httpclient.InferenceServerClient) -> None:
@@ -85,8 +75,8 @@ def watched(sandbox, tmp_path_factory):
             _infer(client)
         started = time.time()
         ssh(HOST, "systemctl restart tritonfleet-watchdog")
-        poll("the watchdog's first pass", lambda: _state().get("started", 0) >= started - 1
-             and _state().get("servers", {}).get("triton", {}).get("ready"), 60)
+        poll("the watchdog's first pass", lambda: watchdog_state(HOST).get("started", 0) >= started - 1
+             and watchdog_state(HOST).get("servers", {}).get("triton", {}).get("ready"), 60)
         yield client
     finally:
         for path in files:
@@ -98,7 +88,7 @@ def watched(sandbox, tmp_path_factory):
 def test_a_server_that_does_not_grow_is_not_reported(watched):
     since = time.time()
     time.sleep(WINDOW * 0.6)  # the model loaded and warm, its memory flat: samples spanning more than the fit needs
-    assert _leaks(since) == [] and _metric() == 0.0
+    assert watchdog_actions(HOST, "leak", since) == [] and watchdog_metric(HOST, "report", "leak") == 0.0
 
 
 def test_a_model_that_leaks_on_every_request_is_reported_within_its_window(watched):
@@ -106,15 +96,15 @@ def test_a_model_that_leaks_on_every_request_is_reported_within_its_window(watch
     deadline = time.monotonic() + 2 * WINDOW + 40
     for i in range(MAX_REQUESTS):  # bounded in count and in time
         _infer(watched)
-        found = _leaks(since) if i % 5 == 4 else found
+        found = watchdog_actions(HOST, "leak", since) if i % 5 == 4 else found
         if found or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    found = found or poll("a leak report", lambda: _leaks(since), 15)
+    found = found or poll("a leak report", lambda: watchdog_actions(HOST, "leak", since), 15)
     (action,) = found[:1]
     assert action["server"] == "triton" and action["kind"] == "report", action
     assert action["at"] - since <= 2 * WINDOW + 40
-    assert _metric() >= 1.0
+    assert watchdog_metric(HOST, "report", "leak") >= 1.0
     journal = ssh(HOST, "journalctl -u tritonfleet-watchdog --no-pager -o cat --since '-5 min'").stdout
     assert re.search(r"leak", journal), journal[-2000:]
     assert httpclient.InferenceServerClient(f"{host_ip(HOST)}:8000").is_server_ready()  # report: left serving
