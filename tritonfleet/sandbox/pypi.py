@@ -106,16 +106,10 @@ def fetch_wheels(cache_dir: Path, wheels: Sequence[Wheel] = WHEELS, *, index_url
             reqs = Path(tmp) / "requirements.txt"
             reqs.write_text("".join(f"{line}\n" for line in requirement_lines(missing)), encoding="ascii")
             dest = Path(tmp) / "wheels"
-            cmd = [sys.executable, "-m", "pip", *pip_args, "download", "--disable-pip-version-check", "--no-input",
-                   "--only-binary=:all:", "--no-deps", "--require-hashes", "--dest", str(dest), "-r", str(reqs),
-                   # the files for the images' Pythons, whatever this one is (the image's pip checks it)
-                   "--ignore-requires-python"]
-            if index_url:
-                cmd += ["--index-url", index_url]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
-            if proc.returncode != 0:
-                raise SandboxError(f"downloading the sandbox's PyPI wheels failed: "
-                                   f"{pip_failure(proc.stdout + proc.stderr)}")
+            _pip_download(["--only-binary=:all:", "--no-deps", "--require-hashes", "--dest", str(dest), "-r", str(reqs),
+                           # the files for the images' Pythons, whatever this one is (the image's pip checks it)
+                           "--ignore-requires-python"], "the sandbox's PyPI wheels", index_url=index_url,
+                          pip_args=pip_args, timeout=600)
             for w in missing:
                 got = dest / w.filename
                 if not got.is_file():
@@ -125,6 +119,18 @@ def fetch_wheels(cache_dir: Path, wheels: Sequence[Wheel] = WHEELS, *, index_url
                     raise SandboxError(f"{w.filename}: sha256 {sha256_file(got)} is not the pinned {w.sha256}")
                 os.replace(got, out / w.filename)
     return [out / w.filename for w in wheels]
+
+
+def _pip_download(args: Sequence[str], what: str, *, index_url: str | None, pip_args: Sequence[str],
+                  timeout: float) -> None:
+    """``pip download ARGS`` with this controller's pip (``index_url`` replaces its index); a one-line error naming
+    ``what`` when it fails."""
+    cmd = [sys.executable, "-m", "pip", *pip_args, "download", "--disable-pip-version-check", "--no-input", *args]
+    if index_url:
+        cmd += ["--index-url", index_url]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+    if proc.returncode != 0:
+        raise SandboxError(f"downloading {what} failed: {pip_failure(proc.stdout + proc.stderr)}")
 
 
 def _verified(path: Path, sha256: str) -> bool:
@@ -264,14 +270,9 @@ def fetch_host_wheels(cache_dir: Path, project: Path, *, index_url: str | None =
         cons.write_text("".join(f"{line}\n" for line in constraints), encoding="utf-8")
         dest = Path(tmp) / "wheels"
         for what, constrained, platform_args in runs:
-            cmd = [sys.executable, "-m", "pip", *pip_args, "download", "--disable-pip-version-check", "--no-input",
-                   *platform_args, "--dest", str(dest), *(["-c", str(cons)] if constrained else []), *what]
-            if index_url:
-                cmd += ["--index-url", index_url]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
-            if proc.returncode != 0:
-                raise SandboxError(f"downloading the wheels of a booted host's bundle failed: "
-                                   f"{pip_failure(proc.stdout + proc.stderr)}")
+            _pip_download([*platform_args, "--dest", str(dest), *(["-c", str(cons)] if constrained else []), *what],
+                          "the wheels of a booted host's bundle", index_url=index_url, pip_args=pip_args,
+                          timeout=900)
         (dest / ".complete").write_text(key + "\n")
         shutil.rmtree(out, ignore_errors=True)
         os.replace(dest, out)
