@@ -219,6 +219,8 @@ def test_each_refused_model_is_its_own_line_and_the_text_output_says_the_same(re
         "tritonfleet-agent: error: model inf1: compiled by neuron-cc 1.24.0.0 (NEFF 1.0) for inf1; the host is inf2: "
         f"recompile with neuronx-cc for inf2; {keeps}"]
     assert [m["model"] for m in out["compat"]["models"]] == ["bert", "inf1", "odd"]
+    # the JSON's one error (what a caller of the library gets as the SyncError): the refusals, " | " between them
+    assert out["error"] == " | ".join(line.removeprefix("tritonfleet-agent: error: ") for line in err.splitlines()[1:])
     assert os.readlink(dest / "current") == f"versions/{first['version']}"
 
 
