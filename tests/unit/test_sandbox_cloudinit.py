@@ -8,6 +8,7 @@ from __future__ import annotations
 import configparser
 import importlib.metadata
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,18 @@ def test_the_wait_ends_with_the_result_and_says_it_still_runs_every_30_s():
     assert result == "success 0 2026-11-28T20:00:00Z"
     assert said == ["user data running for 30 s", "user data running for 60 s"]
     assert all(cloudinit.BOOT_FINISHED in r for r in reads) and len(reads) == 15
+
+
+def test_a_read_past_its_time_limit_is_a_host_still_busy_with_its_user_data():
+    clock, answers = Clock(), iter([subprocess.TimeoutExpired("ssh", 30), "", "exit-code 1 2026-11-28T20:00:00Z"])
+
+    def read(_command: str) -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert cloudinit.wait_boot(read, 100, clock=clock, sleep=clock.sleep) == "exit-code 1 2026-11-28T20:00:00Z"
 
 
 def test_the_wait_is_bounded_and_says_where_the_output_is():

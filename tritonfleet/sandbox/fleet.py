@@ -28,7 +28,6 @@ import re
 import secrets
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -432,14 +431,7 @@ def boot_host(name: str, user_data: bytes, *, instance_id: str | None = None) ->
 def wait_user_data(name: str, timeout: float, *, say: Callable[[str], None] = log) -> str:
     """Wait, at most ``timeout`` s, for the user data :func:`boot_host` started on ``name``; its result line."""
     h = get_host(name)
-
-    def read(command: str) -> str:
-        try:
-            return ssh(h, command, check=False, timeout=30).stdout
-        except subprocess.TimeoutExpired:  # a host busy with its user data may answer late: it still runs
-            return ""
-
-    return cloudinit.wait_boot(read, timeout, say=say)
+    return cloudinit.wait_boot(lambda command: ssh(h, command, check=False, timeout=30).stdout, timeout, say=say)
 
 
 def down() -> list[str]:
