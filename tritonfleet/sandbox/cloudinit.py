@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tritonfleet.fleet.asg import USER_DATA_LIMIT  # EC2's, before base64: the one the fleet code renders to
 from tritonfleet.sandbox.layout import (
     BRIDGE_IP,
     FILES,
@@ -45,7 +46,6 @@ BOOT_FINISHED = f"/{INSTANCE_DIR}/boot-finished"
 OUTPUT_LOG = "/var/log/cloud-init-output.log"
 UNIT = "tritonfleet-sandbox-cloud-final.service"
 AWS_CLI_DIR = "/opt/aws-cli"
-USER_DATA_LIMIT = 16384  # EC2's, before base64
 
 
 def check_user_data(data: bytes, where: str = "user data") -> None:
