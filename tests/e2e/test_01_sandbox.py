@@ -14,7 +14,7 @@ import pytest
 from tests.e2e.conftest import SECOND_WORKER_HOSTS, first_worker_hosts
 from tests.e2e.helpers import ROOT, host_ip, path_exists, pyinfra, ssh, write_inventory
 from tritonfleet import catalog
-from tritonfleet.sandbox import fleet
+from tritonfleet.sandbox import fleet, layout
 
 SANDBOX_IMAGE = "tritonfleet-sandbox/tritonserver:2.51.0-sandbox"
 
@@ -30,6 +30,24 @@ def test_pyinfra_exec_reaches_every_host(sandbox):
     assert run.returncode == 0, run.output
     for name in first_worker_hosts(sandbox):
         assert _answered(run, name), f"no hostname from {name}"
+
+
+def test_a_host_whose_console_gets_much_output_still_answers(sandbox):
+    """PID 1 and its units write to /dev/console (start jobs' status while a boot is slow): the console is read, into
+    the host's console log, so such a write never blocks and the host keeps answering SSH and systemctl."""
+    log = layout.logs_dir() / "inf1.console.log"
+    before = log.stat().st_size if log.exists() else 0
+    marker = f"tritonfleet-console-{time.time_ns()}"
+    # 1 MiB: many times a pseudo-TTY's buffer, which a console nobody reads fills and then blocks on
+    wrote = ssh("inf1", f"timeout 30 sh -c 'yes x | head -c 1048576 > /dev/console; "
+                f"echo {marker} > /dev/console'; echo rc=$?", timeout=90).stdout
+    assert "rc=0" in wrote, f"the console write blocked: {wrote}"
+    assert ssh("inf1", "systemctl is-system-running", check=False, timeout=60).stdout.strip() in {"running", "degraded"}
+    deadline = time.monotonic() + 20
+    while marker.encode() not in log.read_bytes()[before:] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert marker.encode() in log.read_bytes()[before:], "the console's output is not in the host's console log"
+    assert log.stat().st_size - before >= 1 << 20
 
 
 def test_strict_host_keys_refuse_a_host_missing_from_known_hosts(sandbox, tmp_path):

@@ -18,6 +18,7 @@ import contextlib
 import secrets
 import socket
 import time
+from pathlib import Path
 
 import boto3
 import pytest
@@ -71,11 +72,20 @@ def _listening(port: int) -> bool:
 
 
 def _diagnosis() -> str:
-    """What the host does while its user data runs too long: the logs' tails and its processes."""
-    out = ssh(HOST, f"tail -n 60 {BOOTSTRAP_LOG}; echo ---; tail -n 30 /var/log/cloud-init-output.log; echo ---; "
-              "ps -eo pid,ppid,etimes,time,stat,args --forest | cut -c1-220; echo ---; systemctl list-jobs --no-pager",
-              check=False, timeout=60)
-    return out.stdout + out.stderr
+    """What the host does while its user data runs too long: the logs' tails, read from its disk (an SSH login may
+    hang too), the end of its console, and its processes when SSH answers."""
+    h = fleet.get_host(HOST)
+    parts = []
+    for path in (Path(h.root) / BOOTSTRAP_LOG.lstrip("/"), Path(h.root) / "var/log/cloud-init-output.log",
+                 layout.logs_dir() / f"{HOST}.console.log"):
+        text = path.read_text(errors="replace") if path.exists() else "(none)"
+        parts.append(f"--- {path}\n" + "\n".join(text.splitlines()[-40:]))
+    try:
+        parts.append(ssh(HOST, "ps -eo pid,ppid,etimes,time,stat,args --forest | cut -c1-200", check=False,
+                         timeout=30).stdout)
+    except Exception as e:  # noqa: BLE001 (a diagnosis: whatever SSH does is part of it)
+        parts.append(f"--- ssh: {type(e).__name__}: {e}")
+    return "\n".join(parts)
 
 
 def _remove_group(clients: Clients) -> None:

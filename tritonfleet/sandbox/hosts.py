@@ -108,9 +108,14 @@ LAUNCHER = "tritonfleet.sandbox.hostrun"
 
 
 def nspawn_cmd(h: HostState) -> list[str]:
+    """The host's nspawn. Its console is read-only: what the host's PID 1 and its units write to ``/dev/console``
+    goes to ``logs/<host>.console.log`` (as an instance's serial console to its console output). A ``passive``
+    console is a pseudo-TTY nobody reads: once its buffer is full PID 1 blocks in the write and answers nothing more,
+    not logind, not ``systemctl`` (CI on fd853a7: a host still booting, from user data, for a minute showed its
+    start jobs' status until every later SSH login hung in pam_systemd)."""
     return [
         "systemd-nspawn", "--quiet", "--keep-unit", "--register=no", "-b", "-D", str(h.root), "-M", h.name,
-        f"--network-namespace-path=/run/netns/{h.netns}", "--console=passive", "--resolv-conf=off",
+        f"--network-namespace-path=/run/netns/{h.netns}", "--console=read-only", "--resolv-conf=off",
         "--timezone=off", "--link-journal=no",
         f"--bind={h.dir / 'docker'}:/var/lib/docker",
         f"--bind-ro={images_dir()}:/srv/images",
