@@ -205,3 +205,18 @@ def test_a_hosts_mac_is_fixed_by_its_address_unique_and_locally_administered():
         first = int(mac.split(":")[0], 16)
         assert first & 0b10 and not first & 0b01, mac  # locally administered, unicast
         assert len(mac.split(":")) == 6 and all(len(x) == 2 for x in mac.split(":"))
+
+
+@pytest.mark.parametrize(("base", "cache", "elsewhere"), [
+    ("/var/cache/tritonfleet/base-8dfcaf69d873", "/var/cache/tritonfleet", False),
+    ("/var/cache/tritonfleet/base-8dfcaf69d873", "/var/cache/tritonfleet/", False),
+    ("/tmp/fc/base-8dfcaf69d873", "/var/cache/tritonfleet", True),
+    ("/var/cache/tritonfleet-old/base-1", "/var/cache/tritonfleet", True),  # a prefix of the name is not the dir
+    ("", "/var/cache/tritonfleet", False),  # never started: nothing of another cache in it
+])
+def test_a_host_built_from_another_cache_is_built_again(base, cache, elsewhere):
+    """`up` with another TRITONFLEET_CACHE than the running hosts were built from (CI-like run 14 of the ninth
+    session): the mirror's signing key, the base and the images are the new cache's, so such a host is replaced,
+    else its apt refuses the mirror (NO_PUBKEY)."""
+    h = fleet.HostState(name="h", ip="192.0.2.1", instance_type="inf2.xlarge", instance_id="i-0", spec={}, base=base)
+    assert fleet.built_elsewhere(h, fleet.Path(cache)) is elsewhere

@@ -244,6 +244,12 @@ def up(specs: list[HostSpec]) -> dict:
             raise
 
 
+def built_elsewhere(h: HostState, cache: Path) -> bool:
+    """``h`` was built from a base image outside ``cache`` (another ``TRITONFLEET_CACHE``): the keyring of the mirror
+    it trusts and the images it loads are that cache's, which the sandbox's services no longer serve."""
+    return bool(h.base) and not Path(h.base).resolve().is_relative_to(Path(cache).resolve())
+
+
 def _undo_up(kept: set[str]) -> None:
     state = load_state()
     clean_runtime(state)
@@ -286,8 +292,10 @@ def _up(specs: list[HostSpec]) -> dict:
     wanted = {s.name: s for s in specs}
     # Hosts no longer wanted, or wanted differently, go with their disks.
     for name, gone in known.items():
-        if name not in wanted or gone.spec != wanted[name].key():
-            log(f"removing host {name}")
+        if name not in wanted or gone.spec != wanted[name].key() or built_elsewhere(gone, layout.CACHE_DIR):
+            log(f"removing host {name}" + (f" (built from another cache, {gone.base}: its mirror's signing key and "
+                                           "images are not this cache's)" if built_elsewhere(gone, layout.CACHE_DIR)
+                                          else ""))
             remove_host(gone)
             state["hosts"].pop(name)
             live.pop(name, None)
