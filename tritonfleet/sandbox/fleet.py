@@ -292,10 +292,10 @@ def _up(specs: list[HostSpec]) -> dict:
     wanted = {s.name: s for s in specs}
     # Hosts no longer wanted, or wanted differently, go with their disks.
     for name, gone in known.items():
-        if name not in wanted or gone.spec != wanted[name].key() or built_elsewhere(gone, layout.CACHE_DIR):
-            log(f"removing host {name}" + (f" (built from another cache, {gone.base}: its mirror's signing key and "
-                                           "images are not this cache's)" if built_elsewhere(gone, layout.CACHE_DIR)
-                                          else ""))
+        elsewhere = built_elsewhere(gone, layout.CACHE_DIR)
+        if name not in wanted or gone.spec != wanted[name].key() or elsewhere:
+            why = f" (built from another cache, {gone.base}: its mirror key and images are not this one's)"
+            log(f"removing host {name}{why if elsewhere else ''}")
             remove_host(gone)
             state["hosts"].pop(name)
             live.pop(name, None)
