@@ -290,7 +290,7 @@ def _up(specs: list[HostSpec]) -> dict:
             log(f"cleaned {len(stale)} stale leftovers of an earlier sandbox")
         state["services"], live = {}, {}
     wanted = {s.name: s for s in specs}
-    # Hosts no longer wanted, or wanted differently, go with their disks.
+    # Hosts no longer wanted, wanted differently or built from another cache go with their disks.
     for name, gone in known.items():
         elsewhere = built_elsewhere(gone, layout.CACHE_DIR)
         if name not in wanted or gone.spec != wanted[name].key() or elsewhere:
