@@ -774,3 +774,37 @@ def test_ranged_gets_of_an_eighth_of_the_largest_object(endpoint, s3, bucket, tm
     r = ok(go(endpoint, bucket, tmp_path))
     assert r.requests == {"GetObject": 8, "ListObjectsV2": 1} and r.bytes == len(data)
     assert (tmp_path / "current/big/1/w").read_bytes() == data
+
+
+class LockReader(Recorder):
+    """Reads the lock file, as another sync waiting for it would, while this run holds it (when it begins its
+    downloads)."""
+
+    def __init__(self, dest) -> None:
+        super().__init__()
+        self.lock = os.path.join(dest, ".lock")
+        self.records: list[dict] = []
+
+    def begin(self, files: int, nbytes: int) -> None:
+        super().begin(files, nbytes)
+        with open(self.lock) as fh:
+            self.records.append(json.load(fh))
+
+
+@pytest.mark.parametrize("deadline", [300.0, 45.5, None])
+def test_the_lock_records_the_runs_bound_the_s3_deadline_and_the_switch(endpoint, s3, bucket, tmp_path, deadline):
+    """Another run that waits for the lock ends this one only once it is well past the bound it recorded: the S3
+    part's deadline plus the switch's own bound; without a deadline, no bound (never "stuck")."""
+    set_remote(s3, bucket, TREE)
+    dest = tmp_path / "models"
+    reader = LockReader(dest)
+    before = time.time()
+    ok(go(endpoint, bucket, dest, reader, deadline=deadline))
+    after = time.time()
+    (record,) = reader.records
+    assert record["pid"] == os.getpid()
+    if deadline is None:
+        assert record["until"] is None
+    else:
+        bound = deadline + sync.SWITCH_BOUND
+        assert before + bound - 0.1 <= record["until"] <= after + bound + 0.1, (record, before, after)
