@@ -103,6 +103,18 @@ def test_a_resized_file_is_found_without_hashing(repo):
     assert result.damaged == {"n/1/model.bin": "size 5001, expected 5000"} and result.hashed == 0
 
 
+def test_a_dry_run_without_stamps_only_stats_the_files(repo):
+    """A dry run writes nothing, stamps included: on a repository without them (synced before they were kept, or
+    the file lost) it checks presence and sizes only, rather than hashing every file on every dry run."""
+    run, dest = repo
+    os.unlink(dest / integrity.STAMPS)
+    result = run(dry_run=True)
+    assert result.status == "dry-run" and result.damaged == {} and result.hashed == 0, result
+    assert not (dest / integrity.STAMPS).exists()
+    assert run().hashed == len(V1)  # a real run without stamps hashes every file once, then stamps them
+    assert (dest / integrity.STAMPS).exists()
+
+
 def test_reuse_checks_the_content_of_a_file_whose_inode_changed_even_when_the_repository_looks_intact(repo, s3,
                                                                                                      bucket):
     """Reuse itself holds the rule, not only the check of current: a source whose inode changed since it was
