@@ -808,3 +808,18 @@ def test_the_lock_records_the_runs_bound_the_s3_deadline_and_the_switch(endpoint
     else:
         bound = deadline + sync.SWITCH_BOUND
         assert before + bound - 0.1 <= record["until"] <= after + bound + 0.1, (record, before, after)
+
+
+def test_a_model_whose_file_rotted_on_disk_is_loaded_again_from_the_repaired_version(endpoint, s3, bucket, tmp_path,
+                                                                                      triton):
+    """The servers load again exactly the models whose files the new version repaired (by model name, the path's
+    first part), the others are left alone."""
+    set_remote(s3, bucket, TREE)
+    ok(go(endpoint, bucket, tmp_path))
+    with open(tmp_path / "current/a/1/x", "ab") as f:  # another size than its manifest's: found without hashing
+        f.write(b"!")
+    t = triton()
+    r = ok(go(endpoint, bucket, tmp_path, live=live_for(t)))
+    assert r.status == "synced" and r.repaired == {"a/1/x": "size 11, expected 10"}, r
+    assert sorted(t.calls()) == ["a:load"] and r.reload["loaded"] == ["a"], (t.calls(), r.reload)
+    assert read_tree(tmp_path / "current") == TREE
