@@ -35,7 +35,7 @@ TARGET    ?= cpu
 # haproxy: `haproxy -c` checks the lb role's rendered configuration (tests/fake/test_lb_role.py)
 APT_PACKAGES := mmdebstrap systemd-container iproute2 apt-utils gnupg dpkg-dev curl procps prometheus haproxy
 
-.PHONY: help setup setup-triton prereqs demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout bench-release qa-selftest-repo models release release-rollout serve rollout fleet-up fleet-down fleet-list autoscale qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-boot sandbox-down sandbox-status status gen-model bench clean
+.PHONY: help setup setup-triton prereqs sandbox-prefetch demo test test-unit test-pure test-fake test-triton test-sandbox test-e2e lint lb mutate bench-converge bench-sync bench-qa bench-live bench-rollout bench-release qa-selftest-repo models release release-rollout serve rollout fleet-up fleet-down fleet-list autoscale qa qa-schedule qa-unschedule monitoring monitoring-targets sandbox-up sandbox-boot sandbox-down sandbox-status status gen-model bench clean
 
 help: ## List targets and their variables
 	@echo "tritonfleet make targets:"
@@ -96,14 +96,20 @@ prereqs: ## Install the Debian packages the sandbox fleet needs on this machine 
 	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
 
-demo: prereqs setup-triton ## Bring up the sandbox (Triton hosts and the lb host), serve, put HAProxy in front, print what serves where
+# Started before setup-triton, with the system's python3 (tritonfleet/sandbox/prefetch.py needs only the standard
+# library): on an empty cache the sandbox's two mmdebstrap builds run while pip installs the venv, and the fleet's
+# first `up` waits for what is still building. Not root: nothing to do (the sandbox says so itself).
+sandbox-prefetch: prereqs ## Start building the sandbox's base images in the background (log: <state dir>/logs/prefetch.log)
+	@$(PYTHON) -m tritonfleet.sandbox.prefetch --background
+
+demo: prereqs sandbox-prefetch setup-triton ## Bring up the sandbox (Triton hosts and the lb host), serve, put HAProxy in front, print what serves where
 	$(TF) sandbox up --instance-type $(TYPES)
 	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
 	$(PYINFRA) -y $(INVENTORY) deploys/lb.py
 	@$(PY) -c "from tritonfleet.sandbox.inventory import sandbox_hosts as h; [print('front door', n, 'http://%s:8000  grpc %s:8001  metrics http://%s:8405/metrics' % ((d['ssh_hostname'],) * 3)) for n, d in h(accelerated=False)]"
 	$(TF) status --inventory $(INVENTORY)
 
-test: prereqs setup-triton ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox fleet's tests on two workers, the rest on a third)
+test: prereqs sandbox-prefetch setup-triton ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox fleet's tests on two workers, the rest on a third)
 	@rm -f .pytest-exit-code; $(VENV)/bin/pytest -n 3 --dist loadgroup --durations=25 $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)" >&2; fi; exit $$rc
 

@@ -46,7 +46,8 @@ LAYERS = {
 # tests, then the sandbox builders', in order (they share the machine's sandbox state and the e2e teardown comes
 # last); "fleet2" runs the e2e files of E2E_SECOND_FILES on hosts of their own at the same time, then the
 # real-Triton layer (its worker is free of the fleet by then); "host" runs the pure and @fake layers and the
-# sandbox builders that need no fleet, meanwhile. A worker that runs a test of a layer that needs no fleet lowers
+# sandbox builders that need no fleet, meanwhile, file by file on the third worker, and on the other two as well
+# once their own group is ending (GroupScheduling: the three share the host group's tail). A worker that runs a test of a layer that needs no fleet lowers
 # its CPU priority (HOST_GROUP_NICE): the fleet's deploys get the CPU first. The group follows the file's layer by
 # LAYER_RULES (below), and GroupScheduling below does the grouping: xdist 3.8's own `xdist_group` marks have no
 # effect under pytest 9.2 (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
@@ -132,17 +133,55 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Under ``--dist loadgroup``: one scope per XDIST_GROUPS group, each to a worker of its own, its tests in
-    collection order (the order TeardownLast leaves)."""
+    """Under ``--dist loadgroup``: the fleet groups ("fleet", "fleet2") one scope each, handed out first, one to a
+    worker, their tests in collection order (the order TeardownLast leaves); the host group one scope per file
+    (:func:`scope_of`), handed out in :func:`scope_order` to whichever worker is nearly out of work: the third worker
+    first, and the fleet workers too once their own group is ending, so the host group's tail is shared."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
-            return xdist_group_of(nodeid)
+            return scope_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the first call comes once the whole queue is known (``schedule``)
+                self.ordered = True
+                first: dict[str, int] = {}
+                for n, nodeid in enumerate(self.collection or ()):
+                    first.setdefault(scope_of(nodeid), n)
+                queue = sorted(self.workqueue.items(), key=lambda kv: scope_order(kv[0], first.get(kv[0], 0)))
+                self.workqueue.clear()
+                self.workqueue.update(queue)
+            super()._assign_work_unit(node)
 
     return GroupScheduling(config, log)
+
+
+def scope_of(nodeid: str) -> str:
+    """The xdist scope of a test under ``make test``: its group when that is a fleet group, else its file."""
+    group = xdist_group_of(nodeid)
+    return group if group != "host" else nodeid.split("::", 1)[0]
+
+
+#: The host group's longest files (20 s or more of a `make test`: its "slowest files" line), handed out before the
+#: others so that the group's tail, shared by every worker, is made of short files. Only the order depends on it.
+LONG_HOST_FILES = ("tests/unit/test_no_traceback.py", "tests/unit/test_mut_sync.py", "tests/unit/test_lint.py",
+                   "tests/unit/test_agent_crash.py", "tests/unit/test_agent_s3_faults.py", "tests/unit/test_mut_live.py",
+                   "tests/unit/test_asg_lifecycle.py", "tests/unit/test_lb_haproxy.py")
+
+
+def scope_order(scope: str, first_seen: int) -> tuple[int, int]:
+    """The fleet groups first (one to each of the first two workers), then the host group's LONG_HOST_FILES, then its
+    other files in collection order."""
+    if scope in ("fleet", "fleet2"):
+        return (0, ("fleet", "fleet2").index(scope))
+    if scope in LONG_HOST_FILES:
+        return (1, LONG_HOST_FILES.index(scope))
+    return (2, first_seen)
 
 
 def xdist_group_of(nodeid: str) -> str:
@@ -294,12 +333,16 @@ class GroupTimes:
         self.groups: dict[str, float] = {}
         self.layers: dict[str, float] = {}
         self.files: dict[str, float] = {}
+        self.workers: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report) -> None:
         path = report.nodeid.split("::", 1)[0]
         layer = layer_of(ROOT / path) if path.startswith("tests/") else None
         group = xdist_group_of(report.nodeid) if layer else "host"
         self.groups[group] = self.groups.get(group, 0.0) + report.duration
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+        if worker:
+            self.workers[worker] = self.workers.get(worker, 0.0) + report.duration
         self.layers[layer or "?"] = self.layers.get(layer or "?", 0.0) + report.duration
         self.files[path] = self.files.get(path, 0.0) + report.duration
 
@@ -308,7 +351,8 @@ class GroupTimes:
             return
         line = ", ".join(f"{g} {t:.0f} s" for g, t in sorted(self.groups.items()))
         layers = ", ".join(f"{g} {t:.0f} s" for g, t in sorted(self.layers.items()))
-        terminalreporter.write_line(f"time per worker group: {line} (per layer: {layers})")
+        workers = ", ".join(f"{w} {t:.0f} s" for w, t in sorted(self.workers.items()))
+        terminalreporter.write_line(f"time per group: {line}; per worker: {workers or '-'} (per layer: {layers})")
         slowest = sorted(self.files.items(), key=lambda kv: -kv[1])[:15]
         terminalreporter.write_line("slowest files: " + ", ".join(f"{p.removeprefix('tests/')} {t:.0f} s"
                                                                    for p, t in slowest))

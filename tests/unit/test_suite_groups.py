@@ -3,6 +3,8 @@ sandbox on one worker, so two workers never share the sandbox fleet."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests import conftest
 
 
@@ -117,3 +119,84 @@ def test_a_worker_leaves_its_done_file_after_its_last_e2e_test_not_at_its_end(tm
     controller = types.SimpleNamespace(config=types.SimpleNamespace(option=types.SimpleNamespace(testrunuid="r1")))
     conftest.GroupsDone().pytest_sessionfinish(controller)
     assert not (tmp_path / "tritonfleet-pytest-r1").exists()
+
+
+class _Node:
+    """What xdist's scheduler asks of a worker: the test indices it is sent, and shutdown."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = type("Gateway", (), {"id": name})()
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+class _Config:
+    option = type("Option", (), {"loadscopereorder": True})()
+
+    def getvalue(self, name):
+        return {"dist": "loadgroup", "tx": ["3*popen"]}[name]
+
+
+def test_the_fleet_groups_go_to_two_workers_and_the_host_groups_files_are_shared_long_ones_first():
+    """GroupScheduling (tests/conftest.py), driven as xdist drives it: the fleet and fleet2 groups each go whole to a
+    worker of their own; the host group goes file by file, LONG_HOST_FILES first, to the third worker and then to
+    any worker nearly out of work, a fleet worker included once its group is ending."""
+    pytest.importorskip("xdist")
+    collection = [
+        "tests/e2e/test_01_sandbox.py::a", "tests/e2e/test_01_sandbox.py::b", "tests/e2e/test_04_faults.py::a",
+        "tests/e2e/test_04_faults.py::b", "tests/e2e/test_04_faults.py::c",
+        "tests/e2e/test_03_serve.py::a", "tests/e2e/test_03_serve.py::b", "tests/e2e/test_03_serve.py::c",
+        "tests/fake/test_roles.py::a", "tests/fake/test_roles.py::b", "tests/genmodel/test_cli.py::a",
+        "tests/unit/test_catalog.py::a", "tests/unit/test_catalog.py::b", "tests/unit/test_catalog.py::c",
+        "tests/unit/test_mut_sync.py::a", "tests/unit/test_no_traceback.py::a", "tests/unit/test_no_traceback.py::b",
+        "tests/unit/test_zz.py::a", "tests/unit/test_sandbox_fleet.py::a",
+    ]
+    sched = conftest.pytest_xdist_make_scheduler(_Config(), None)
+    nodes = [_Node(f"gw{n}") for n in range(3)]
+    for node in nodes:
+        sched.add_node(node)
+    for node in nodes:
+        sched.add_node_collection(node, collection)
+    sched.schedule()
+
+    def sent(node):
+        return [collection[i] for i in node.sent]
+
+    fleet, fleet2, host = nodes
+    assert sent(fleet) == ["tests/e2e/test_01_sandbox.py::a", "tests/e2e/test_01_sandbox.py::b",
+                           "tests/e2e/test_03_serve.py::a", "tests/e2e/test_03_serve.py::b",
+                           "tests/e2e/test_03_serve.py::c", "tests/unit/test_sandbox_fleet.py::a"]
+    assert sent(fleet2) == ["tests/e2e/test_04_faults.py::a", "tests/e2e/test_04_faults.py::b",
+                            "tests/e2e/test_04_faults.py::c", "tests/genmodel/test_cli.py::a"]
+    # the host group's long files first (LONG_HOST_FILES' order); a worker with 2 tests or fewer to go gets more
+    assert sent(host) == ["tests/unit/test_no_traceback.py::a", "tests/unit/test_no_traceback.py::b",
+                          "tests/unit/test_mut_sync.py::a"]
+    sched.mark_test_complete(host, host.sent[0])
+    assert sent(host)[3:] == ["tests/fake/test_roles.py::a", "tests/fake/test_roles.py::b"]
+    # fleet2 is down to its last tests: it takes the next host file (the short ones in collection order)
+    sched.mark_test_complete(fleet2, fleet2.sent[0])
+    assert len(fleet2.sent) == 4
+    sched.mark_test_complete(fleet2, fleet2.sent[1])
+    assert sent(fleet2)[4:] == ["tests/unit/test_catalog.py::a", "tests/unit/test_catalog.py::b",
+                                "tests/unit/test_catalog.py::c"]
+    # the fleet worker takes nothing more until it is nearly done
+    for index in fleet.sent[:3]:
+        sched.mark_test_complete(fleet, index)
+    assert len(fleet.sent) == 6
+    sched.mark_test_complete(fleet, fleet.sent[3])
+    assert sent(fleet)[6:] == ["tests/unit/test_zz.py::a"]
+    assert not sched.workqueue
+    # every test was sent once
+    assert sorted(sent(fleet) + sent(fleet2) + sent(host)) == sorted(collection)
+
+
+def test_the_long_host_files_exist_and_belong_to_the_host_group():
+    for path in conftest.LONG_HOST_FILES:
+        assert (conftest.ROOT / path).is_file(), path
+        assert conftest.xdist_group_of(f"{path}::t") == "host"

@@ -58,7 +58,13 @@ def ensure_base(keep: Iterable[str | Path] = ()) -> Path:
     base = cache / f"base-{digest}"
     if (base / ".complete").exists():
         return base
-    cache.mkdir(parents=True, exist_ok=True)
+    with layout.build_lock(cache, f"base-{digest}"):
+        if (base / ".complete").exists():  # built by another process while this one waited
+            return base
+        return _build_base(cache, base, digest, keep)
+
+
+def _build_base(cache: Path, base: Path, digest: str, keep: Iterable[str | Path]) -> Path:
     tmp = cache / f"base-{digest}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     log(f"building the Debian 12 base image with mmdebstrap (once per recipe, ~1-2 min): {base}")

@@ -70,6 +70,7 @@ from tritonfleet.sandbox.layout import (
     save_state,
     state_file,
 )
+from tritonfleet.sandbox.prefetch import prefetch
 from tritonfleet.sandbox.services import ensure_services
 
 __all__ = [  # what the CLI, the inventory and the e2e tests use
@@ -301,7 +302,9 @@ def _up(specs: list[HostSpec]) -> dict:
             live.pop(name, None)
     save_state(state)
     network.check_subnet_free()
-    base = ensure_base(keep={h.base for h in hosts_from_state(state) if h.base})
+    # the host base image and the images' base layer side by side (each a mmdebstrap run on an empty cache; `make
+    # test` starts the two in the background before pip: prefetch.py)
+    base = prefetch(keep={h.base for h in hosts_from_state(state) if h.base})
     ensure_client_key()
     supplies = services.ensure_supplies(base)
     network.ensure_bridge()

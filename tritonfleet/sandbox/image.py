@@ -28,6 +28,7 @@ from typing import BinaryIO
 from tritonfleet.sandbox.debsources import bookworm_lines, debian_mirrors
 from tritonfleet.sandbox.dockerarchive import CREATED, write_docker_archive
 from tritonfleet.sandbox.fsutil import SOURCE_DATE_EPOCH, write_atomic
+from tritonfleet.sandbox.layout import build_lock
 
 RECIPE_VERSION = "1"
 TRITON_VERSION = "2.51.0"
@@ -168,6 +169,12 @@ def base_layer(cache_dir: Path, base_tar: Path | None = None) -> tuple[Path, str
     cached = _layer_cached(layer)
     if cached:
         return layer, cached
+    with build_lock(cache_dir, layer.name):
+        cached = _layer_cached(layer)  # built by another process while this one waited
+        return (layer, cached) if cached else _build_base_layer(cache_dir, layer, base_tar)
+
+
+def _build_base_layer(cache_dir: Path, layer: Path, base_tar: Path | None) -> tuple[Path, str]:
     with tempfile.TemporaryDirectory(prefix="base-", dir=cache_dir) as tmpdir:
         raw = Path(base_tar) if base_tar is not None else Path(tmpdir) / "rootfs.tar"
         if base_tar is None:

@@ -209,6 +209,20 @@ def save_state(state: dict) -> None:
 
 
 @contextlib.contextmanager
+def build_lock(directory: Path, name: str) -> Iterator[None]:
+    """One builder of ``name`` in ``directory`` at a time on this machine (``flock``): a second process, or thread,
+    waits, saying so, and then finds it built (the background prefetch of `make test` and the fleet's ``up``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f".{name}.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process building {name} in {directory} (log: {logs_dir() / 'prefetch.log'})")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
 def locked() -> Iterator[None]:
     """One sandbox operation at a time on this machine."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
