@@ -103,6 +103,7 @@ sandbox-prefetch: prereqs ## Start building the sandbox's base images in the bac
 	@$(PYTHON) -m tritonfleet.sandbox.prefetch --background
 
 demo: prereqs sandbox-prefetch setup-triton ## Bring up the sandbox (Triton hosts and the lb host), serve, put HAProxy in front, print what serves where
+	@$(PY) -m tritonfleet.sandbox.prefetch --wheels --background
 	$(TF) sandbox up --instance-type $(TYPES)
 	$(PYINFRA) -y $(INVENTORY) deploys/serve.py
 	$(PYINFRA) -y $(INVENTORY) deploys/lb.py
@@ -110,6 +111,7 @@ demo: prereqs sandbox-prefetch setup-triton ## Bring up the sandbox (Triton host
 	$(TF) status --inventory $(INVENTORY)
 
 test: prereqs sandbox-prefetch setup-triton ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox fleet's tests on two workers, the rest on a third)
+	@$(PY) -m tritonfleet.sandbox.prefetch --wheels --background
 	@rm -f .pytest-exit-code; $(VENV)/bin/pytest -n 3 --dist loadgroup --durations=25 $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)" >&2; fi; exit $$rc
 

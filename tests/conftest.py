@@ -167,11 +167,14 @@ def scope_of(nodeid: str) -> str:
     return group if group != "host" else nodeid.split("::", 1)[0]
 
 
-#: The host group's longest files (20 s or more of a `make test`: its "slowest files" line), handed out before the
-#: others so that the group's tail, shared by every worker, is made of short files. Only the order depends on it.
-LONG_HOST_FILES = ("tests/unit/test_no_traceback.py", "tests/unit/test_mut_sync.py", "tests/unit/test_lint.py",
-                   "tests/unit/test_agent_crash.py", "tests/unit/test_agent_s3_faults.py", "tests/unit/test_mut_live.py",
-                   "tests/unit/test_asg_lifecycle.py", "tests/unit/test_lb_haproxy.py")
+#: The host group's longest files (30 s or more of a `make test`: its "slowest files" line), longest first, handed out
+#: before the others so that the group's tail, shared by every worker, is made of short files. Only the order
+#: depends on it.
+LONG_HOST_FILES = ("tests/unit/test_mut_sync.py", "tests/unit/test_agent_crash.py", "tests/unit/test_agent_sync.py",
+                   "tests/unit/test_asg_lifecycle.py", "tests/unit/test_lint.py", "tests/unit/test_release.py",
+                   "tests/unit/test_no_traceback.py", "tests/unit/test_lb_elbv2_canary.py",
+                   "tests/unit/test_fleet_asg.py", "tests/unit/test_agent_s3_faults.py", "tests/unit/test_mut_live.py",
+                   "tests/unit/test_lb_haproxy.py")
 
 
 def scope_order(scope: str, first_seen: int) -> tuple[int, int]:

@@ -4,6 +4,7 @@ system's python3 before the venv exists."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tarfile
@@ -135,3 +136,17 @@ def test_make_test_starts_the_prefetch_before_pip_installs_the_venv():
         assert "sandbox-prefetch" in deps and deps.index("sandbox-prefetch") < deps.index("setup-triton"), deps
     recipe = re.search(r"^sandbox-prefetch:.*\n\t(.*)", makefile, re.M).group(1)
     assert "$(PYTHON) -m tritonfleet.sandbox.prefetch --background" in recipe
+    # the wheelhouses, with the venv's Python, before pytest or the demo's `up`
+    for target, then in (("test", "pytest -n"), ("demo", "sandbox up")):
+        body = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+        assert body.index("$(PY) -m tritonfleet.sandbox.prefetch --wheels --background") < body.index(then), body
+
+
+def test_the_wheels_prefetch_builds_the_wheelhouses_a_sandbox_hosts_deploy_asks_for(monkeypatch):
+    from tritonfleet import wheelhouse
+    from tritonfleet.sandbox import pypi
+
+    asked: list = []
+    monkeypatch.setattr(wheelhouse, "build", lambda qa_for=None: asked.append(qa_for))
+    prefetch.prefetch_wheels()
+    assert asked == [None, (pypi.HOST_PYTHON, os.uname().machine)]

@@ -175,8 +175,8 @@ def test_the_fleet_groups_go_to_two_workers_and_the_host_groups_files_are_shared
     assert sent(fleet2) == ["tests/e2e/test_04_faults.py::a", "tests/e2e/test_04_faults.py::b",
                             "tests/e2e/test_04_faults.py::c", "tests/genmodel/test_cli.py::a"]
     # the host group's long files first (LONG_HOST_FILES' order); a worker with 2 tests or fewer to go gets more
-    assert sent(host) == ["tests/unit/test_no_traceback.py::a", "tests/unit/test_no_traceback.py::b",
-                          "tests/unit/test_mut_sync.py::a"]
+    assert sent(host) == ["tests/unit/test_mut_sync.py::a", "tests/unit/test_no_traceback.py::a",
+                          "tests/unit/test_no_traceback.py::b"]
     sched.mark_test_complete(host, host.sent[0])
     assert sent(host)[3:] == ["tests/fake/test_roles.py::a", "tests/fake/test_roles.py::b"]
     # fleet2 is down to its last tests: it takes the next host file (the short ones in collection order)

@@ -8,9 +8,14 @@ on its lock (``layout.build_lock``) and then finds it built; an item the prefetc
 the one that needs it, which then says why. The ``up`` itself calls :func:`prefetch` too, so a plain
 ``tritonfleet sandbox up`` builds the two side by side as well.
 
+With ``--wheels`` (the venv's Python, once pip is done) it builds instead the host agent's two wheelhouses the
+sandbox's first deploys need (``tritonfleet/wheelhouse.py``: the pure one, and the one with the QA extra for the
+hosts' Python), which a machine with an empty ``~/.cache`` would otherwise build in its first deploy.
+
 Examples:
     python3 -m tritonfleet.sandbox.prefetch               # build both now, in the foreground
     python3 -m tritonfleet.sandbox.prefetch --background  # start that and return (log: <state>/logs/prefetch.log)
+    .venv/bin/python -m tritonfleet.sandbox.prefetch --wheels --background
 """
 
 from __future__ import annotations
@@ -52,6 +57,16 @@ def prefetch(keep: Iterable[str | Path] = ()) -> Path:
     return results["base"]  # type: ignore[return-value]
 
 
+def prefetch_wheels() -> None:
+    """The host agent's wheelhouses a sandbox host's deploy uses: pure, and with the QA extra for the hosts' Python
+    and this machine (each built once, under the wheelhouse cache's own lock)."""
+    from tritonfleet import wheelhouse  # the venv's: pip, packaging, jinja2
+    from tritonfleet.sandbox.pypi import HOST_PYTHON
+
+    wheelhouse.build()
+    wheelhouse.build((HOST_PYTHON, os.uname().machine))
+
+
 def _stopped_hosts_bases() -> set[str]:
     try:
         return {h.base for h in layout.hosts_from_state(layout.load_state()) if h.base}
@@ -63,26 +78,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m tritonfleet.sandbox.prefetch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--background", action="store_true",
                         help="start the build in a session of its own and return; its output goes to the log")
+    parser.add_argument("--wheels", action="store_true",
+                        help="build the host agent's wheelhouses instead (needs the venv's Python)")
     args = parser.parse_args(argv)
+    what = "the host agent's wheelhouses" if args.wheels else "the base image and the image base layer"
     if os.geteuid() != 0:
         log("prefetch: not root, nothing built (the sandbox needs root; its `up` says so)")
         return 0
     logfile = layout.logs_dir() / "prefetch.log"
     if args.background:
         with open(logfile, "a") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "tritonfleet.sandbox.prefetch"], stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, "-m", "tritonfleet.sandbox.prefetch",
+                                     *(["--wheels"] if args.wheels else [])], stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                     cwd=Path(__file__).resolve().parents[2])
-        log(f"building the base images in the background (pid {proc.pid}, log: {logfile})")
+        log(f"building {what} in the background (pid {proc.pid}, log: {logfile})")
         return 0
     t0 = time.monotonic()
-    log(f"prefetch: started {time.strftime('%Y-%m-%dT%H:%M:%S')} (cache {layout.CACHE_DIR})")
+    log(f"prefetch: {what}: started {time.strftime('%Y-%m-%dT%H:%M:%S')} (cache {layout.CACHE_DIR})")
     try:
-        prefetch(keep=_stopped_hosts_bases())
+        prefetch_wheels() if args.wheels else prefetch(keep=_stopped_hosts_bases())
     except Exception as exc:  # the one that needs the item builds it again, and says why there
-        log(f"prefetch failed after {time.monotonic() - t0:.0f}s: {exc}")
+        log(f"prefetch: {what} failed after {time.monotonic() - t0:.0f}s: {exc}")
         return 1
-    log(f"prefetch: the base image and the image base layer ready in {time.monotonic() - t0:.0f}s")
+    log(f"prefetch: {what} ready in {time.monotonic() - t0:.0f}s")
     return 0
 
 
