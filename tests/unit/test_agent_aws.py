@@ -212,3 +212,36 @@ def test_the_http_helper_bounds_the_body(imds):
         aws.http_request("PUT", imds.url + "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "1"}, 1,
                          limit=3)
     assert aws.http_request("GET", imds.url + "/latest/meta-data/instance-id", {}, 1) == (401, "")
+
+
+def test_sessions_share_one_model_loader_each_with_its_own_credentials_and_region(isolated, monkeypatch):
+    """:func:`aws.session`: every session of a process reads a service's model once (botocore's data loader, shared),
+    and each still reads its credentials and region when it is made; boto3's data directory stays listed once."""
+    import botocore.loaders
+
+    parsed: list[str] = []
+    real = botocore.loaders.JSONFileLoader.load_file
+
+    def counting(self, file_path):
+        parsed.append(str(file_path))
+        return real(self, file_path)
+
+    monkeypatch.setattr(botocore.loaders.JSONFileLoader, "load_file", counting)
+    monkeypatch.setattr(aws, "_LOADER", None)  # as in a new process
+    first = aws.client("s3", region=REGION)
+    models = [p for p in parsed if "/s3/" in p and "service-2" in p]
+    parsed.clear()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "another")
+    again = aws.session(region_name="us-west-2")
+    second = again.client("s3")
+    assert not [p for p in parsed if "service-2" in p], f"parsed again: {parsed}"
+    assert models, "the first client read no S3 model"
+    assert second.meta.region_name == "us-west-2" and first.meta.region_name == REGION
+    assert again.get_credentials().access_key == "another"
+    assert first._request_signer._credentials.access_key == "testing"
+    loader = again._session.get_component("data_loader")
+    assert loader is aws.session()._session.get_component("data_loader")
+    paths = list(loader.search_paths)
+    for _ in range(3):
+        aws.session()
+    assert loader.search_paths == paths and len(paths) == len(set(paths))

@@ -54,7 +54,6 @@ def client(service: str, *, region: str | None, endpoint_url: str | None = None,
     request bounded by ``connect_timeout`` and ``read_timeout`` and tried ``attempts`` times in all in botocore's
     retry ``mode`` (``attempts=None``: botocore's own count, which ``AWS_MAX_ATTEMPTS`` sets). ``region`` None:
     boto3's configuration; ``config``: more botocore ``Config`` options (``max_pool_connections``, ``s3``)."""
-    import boto3
     from botocore.config import Config
 
     retries: Any = {"mode": mode}  # Any: botocore's stubs type it as a TypedDict of their own
@@ -62,8 +61,31 @@ def client(service: str, *, region: str | None, endpoint_url: str | None = None,
         retries["total_max_attempts"] = attempts
     settings = Config(region_name=region, retries=retries, connect_timeout=connect_timeout,
                       read_timeout=read_timeout, user_agent_extra=user_agent_extra, **config)
-    session: Any = boto3.session.Session()  # Any: the stubs type client() per literal service name
-    return session.client(service, endpoint_url=endpoint_url, config=settings)
+    return session().client(service, endpoint_url=endpoint_url, config=settings)
+
+
+#: botocore's data loader (service models, endpoints), shared by every session of this process: see :func:`session`
+_LOADER: Any = None
+
+
+def session(region_name: str | None = None) -> Any:
+    """A new boto3 session (its own credentials and configuration, read from the environment now; ``region_name``
+    as boto3's) on this process' one botocore data loader, which keeps each service model it has read: a model is parsed once per process, not
+    once per client (the S3 model alone takes about a tenth of a second of CPU, EC2's a fifth). A long-lived agent (the
+    pull loop, the watchdog) makes clients again and again, and so do the fleet's commands (fleet/aws.py). The data path is the first session's (``AWS_DATA_PATH``)."""
+    import boto3
+    import botocore.session
+
+    global _LOADER
+    core = botocore.session.Session()
+    if _LOADER is None:
+        _LOADER = core.get_component("data_loader")
+    else:
+        core.register_component("data_loader", _LOADER)
+    made: Any = boto3.session.Session(botocore_session=core, region_name=region_name)  # Any: see client()
+    paths = _LOADER.search_paths
+    paths[:] = list(dict.fromkeys(paths))  # each boto3 session appends its own data directory: once is enough
+    return made
 
 
 # -- HTTP without a proxy (the instance metadata, local ports) ----------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
+from tritonfleet.agent import aws as agent_aws
 from tritonfleet.fleet.tags import FleetError
 
 T = TypeVar("T")
@@ -74,7 +75,7 @@ class Clients:
         if not self.region:
             raise FleetError("no AWS region: pass --region or set TRITONFLEET_REGION")
         if self.session is None:
-            self.session = boto3.session.Session(region_name=self.region)
+            self.session = agent_aws.session(region_name=self.region)  # the process' one model loader
 
     def __getattr__(self, service: str) -> Any:
         if service.startswith("_"):
