@@ -142,11 +142,40 @@ def test_make_test_starts_the_prefetch_before_pip_installs_the_venv():
         assert body.index("$(PY) -m tritonfleet.sandbox.prefetch --wheels --background") < body.index(then), body
 
 
-def test_the_wheels_prefetch_builds_the_wheelhouses_a_sandbox_hosts_deploy_asks_for(monkeypatch):
+def test_the_wheels_prefetch_builds_the_wheelhouses_and_host_wheels_the_sandbox_asks_for(monkeypatch):
     from tritonfleet import wheelhouse
     from tritonfleet.sandbox import pypi
 
     asked: list = []
     monkeypatch.setattr(wheelhouse, "build", lambda qa_for=None: asked.append(qa_for))
+    monkeypatch.setattr(pypi, "fetch_host_wheels", lambda cache, project: asked.append((cache, project)))
     prefetch.prefetch_wheels()
-    assert asked == [None, (pypi.HOST_PYTHON, os.uname().machine)]
+    assert asked == [None, (pypi.HOST_PYTHON, os.uname().machine), (layout.CACHE_DIR / "repo-cache", ROOT)]
+    # the same place boot_host takes them from
+    from tritonfleet.sandbox import fleet
+    assert fleet.PROJECT == ROOT
+
+
+def test_two_fetchers_of_the_host_wheels_download_them_once(tmp_path, monkeypatch):
+    """The prefetch and a boot_host at the same time: the second waits for the first's download, then uses it."""
+    from tritonfleet.sandbox import pypi
+
+    downloads: list[str] = []
+
+    def slow_download(top, out, key, *rest):
+        downloads.append(key)
+        time.sleep(0.4)
+        out.mkdir(parents=True)
+        (out / "pip-1-py3-none-any.whl").write_bytes(b"")
+        (out / ".complete").write_text(key + "\n")
+
+    monkeypatch.setattr(pypi, "_download_host_wheels", slow_download)
+    got: list[list[Path]] = []
+    threads = [threading.Thread(target=lambda: got.append(pypi.fetch_host_wheels(tmp_path, ROOT))) for _ in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.1)
+    for t in threads:
+        t.join(30)
+    assert len(downloads) == 1
+    assert len(got) == 2 and got[0] == got[1] and [p.name for p in got[0]] == ["pip-1-py3-none-any.whl"]

@@ -10,7 +10,8 @@ the one that needs it, which then says why. The ``up`` itself calls :func:`prefe
 
 With ``--wheels`` (the venv's Python, once pip is done) it builds instead the host agent's two wheelhouses the
 sandbox's first deploys need (``tritonfleet/wheelhouse.py``: the pure one, and the one with the QA extra for the
-hosts' Python), which a machine with an empty ``~/.cache`` would otherwise build in its first deploy.
+hosts' Python), which a machine with an empty ``~/.cache`` would otherwise build in its first deploy, and then
+downloads the wheels a host booted from user data installs (``boot_host``, under the sandbox's lock otherwise).
 
 Examples:
     python3 -m tritonfleet.sandbox.prefetch               # build both now, in the foreground
@@ -58,13 +59,15 @@ def prefetch(keep: Iterable[str | Path] = ()) -> Path:
 
 
 def prefetch_wheels() -> None:
-    """The host agent's wheelhouses a sandbox host's deploy uses: pure, and with the QA extra for the hosts' Python
-    and this machine (each built once, under the wheelhouse cache's own lock)."""
+    """The host agent's wheelhouses a sandbox host's deploy uses (pure, and with the QA extra for the hosts' Python
+    and this machine), then the wheels a host booted from user data installs (``pypi.fetch_host_wheels``: a bundle's,
+    the AWS CLI's); each built once, under its own lock."""
     from tritonfleet import wheelhouse  # the venv's: pip, packaging, jinja2
-    from tritonfleet.sandbox.pypi import HOST_PYTHON
+    from tritonfleet.sandbox import pypi
 
     wheelhouse.build()
-    wheelhouse.build((HOST_PYTHON, os.uname().machine))
+    wheelhouse.build((pypi.HOST_PYTHON, os.uname().machine))
+    pypi.fetch_host_wheels(layout.CACHE_DIR / "repo-cache", Path(__file__).resolve().parents[2])
 
 
 def _stopped_hosts_bases() -> set[str]:

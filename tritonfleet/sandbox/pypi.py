@@ -42,7 +42,7 @@ from tritonfleet import wheelhouse
 from tritonfleet.pyreqs import pip_failure
 from tritonfleet.sandbox.aptrepo import _link_or_copy, _staged, _stamp_matches
 from tritonfleet.sandbox.fsutil import sha256_file
-from tritonfleet.sandbox.layout import PYPI_PATH, SandboxError
+from tritonfleet.sandbox.layout import PYPI_PATH, SandboxError, build_lock
 
 try:  # Python 3.11+; before, pip's own copy of the same parser
     import tomllib
@@ -264,7 +264,15 @@ def fetch_host_wheels(cache_dir: Path, project: Path, *, index_url: str | None =
         return sorted(out.glob("*.whl"))
     if not download:
         return []
-    top.mkdir(parents=True, exist_ok=True)
+    with build_lock(top, f"host-wheels-{key}"):  # another process (the prefetch) may be downloading them
+        if not (out / ".complete").exists():
+            _download_host_wheels(top, out, key, constraints, runs, index_url, pip_args)
+    return sorted(out.glob("*.whl"))
+
+
+def _download_host_wheels(top: Path, out: Path, key: str, constraints: list[str],
+                          runs: list[tuple[list[str], bool, list[str]]], index_url: str | None,
+                          pip_args: Sequence[str]) -> None:
     with tempfile.TemporaryDirectory(prefix=".download-", dir=top) as tmp:
         cons = Path(tmp) / "constraints.txt"
         cons.write_text("".join(f"{line}\n" for line in constraints), encoding="utf-8")
@@ -276,5 +284,4 @@ def fetch_host_wheels(cache_dir: Path, project: Path, *, index_url: str | None =
         (dest / ".complete").write_text(key + "\n")
         shutil.rmtree(out, ignore_errors=True)
         os.replace(dest, out)
-    return sorted(out.glob("*.whl"))
 
