@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
+import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.stubhttp import QuietHandler, serve
+from tritonfleet.agent import live as live_module
 from tritonfleet.agent.layout import Repo
 from tritonfleet.agent.live import PENDING, Live, Outcome, Server, Triton, read_header, switch_to
 from tritonfleet.agent.manifest import Entry, SyncError
@@ -29,7 +33,7 @@ OLD = 1_000_000_000
 
 class Stub:
     """A Triton stand-in: ``ready`` is a list of status codes for the health check (the last one repeats),
-    (0: the connection closed without an answer, -1: closed after 20 s), ``answers`` maps "model:action" to (code, body bytes) (default 200 and an empty JSON object); a load
+    (0: the connection closed without an answer, -1: closed after 60 s, or when the stub closes), ``answers`` maps "model:action" to (code, body bytes) (default 200 and an empty JSON object); a load
     reads ``<repo>/<model>/1/model.py`` into ``loaded``. A list of answers is given in turn (the last repeats)."""
 
     def __init__(self, repo: Path | None = None, ready=(200,), answers=None, delay: float = 0) -> None:
@@ -37,6 +41,7 @@ class Stub:
         self.ready = list(ready)
         self.answers = answers or {}
         self.delay = delay
+        self.released = threading.Event()  # ends a hung health check (close)
         self.loaded: dict[str, bytes] = {}
         self.requests: list[tuple[str, str, str | None, str | None]] = []  # method, path, header, length
         self.pending_seen: list[str | None] = []  # at each repository call: DIR/.reload-pending.json
@@ -57,7 +62,7 @@ class Stub:
                     self.close_connection = True
                     return
                 if code == -1:  # no answer for a long while (the client has given up by then)
-                    time.sleep(20)
+                    outer.released.wait(60)
                     self.close_connection = True
                     return
                 self._reply(code, b"\xff\xfe ready?")
@@ -84,6 +89,7 @@ class Stub:
         self.server, self.url = serve(Handler)
 
     def close(self) -> None:
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -227,32 +233,58 @@ def test_an_unresolvable_host_is_starting_not_down():
     assert Triton(Server("s", "http://name.invalid:1"), None, 5).state() == "starting"
 
 
-def test_wait_ready_asks_every_second(stubs):
+def sleeps(monkeypatch) -> list[float]:
+    """What live's waits sleep, in order (they still sleep)."""
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    monkeypatch.setattr(live_module, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
+    return slept
+
+
+def test_wait_ready_asks_every_second(stubs, monkeypatch):
     stub = stubs(ready=(503, 503, 200))
+    slept = sleeps(monkeypatch)
     t = Triton(Server("s", stub.url), None, 10)
     start = time.monotonic()
     assert t.wait_ready() is True
-    assert 1.8 < time.monotonic() - start < 3.5 and len(stub.requests) == 3
+    assert slept == [1, 1] and len(stub.requests) == 3  # the pause between looks, whatever the machine's speed
+    assert 1.8 < time.monotonic() - start < 10  # the pauses are real (10 s: the timeout)
 
 
-def test_a_health_check_gives_up_after_5_seconds(stubs):
-    stub = stubs(ready=(-1,))
+def test_a_health_check_gives_up_after_5_seconds(stubs, monkeypatch):
+    stub = stubs(ready=(-1,))  # answers after 60 s
+    timeouts: list[float | None] = []
+    urlopen = urllib.request.urlopen
+
+    def recording(req, timeout=None, **kw):
+        timeouts.append(timeout)
+        return urlopen(req, timeout=timeout, **kw)
+
+    monkeypatch.setattr(urllib.request, "urlopen", recording)
     start = time.monotonic()
     assert Triton(Server("s", stub.url), None, 600).state() == "starting"
-    assert 4.8 < time.monotonic() - start < 5.8
+    assert timeouts == [5]  # its own 5 s, not the server's timeout (600 s)
+    assert 4.8 < time.monotonic() - start < 30  # and that is what ended it, not the stub's 60 s
 
 
 def test_wait_ready_is_false_for_a_server_not_running():
     assert Triton(Server("s", closed_port()), None, 10).wait_ready() is False
 
 
-def test_wait_ready_gives_up_after_the_timeout(stubs):
+def test_wait_ready_gives_up_after_the_timeout(stubs, monkeypatch):
     stub = stubs(ready=(503,))
+    slept = sleeps(monkeypatch)
     t = Triton(Server("late", stub.url), None, 1)
     start = time.monotonic()
     with pytest.raises(SyncError) as err:
         t.wait_ready()
-    assert 0.9 < time.monotonic() - start < 4
+    assert 0.9 < time.monotonic() - start < 20  # a loose guard; the count below is the bound
+    # a look, a second's pause, a look past the 1 s: the error (one look when the first took longer than 1 s)
+    assert (len(stub.requests), slept) in ((2, [1]), (1, []))
     assert str(err.value) == f"server late ({stub.url}) not ready after 1 s; nothing was switched"
 
 

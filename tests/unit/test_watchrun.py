@@ -556,11 +556,11 @@ def test_free_cores_ends_the_foreign_process_with_sigterm_when_allowed(tmp_path,
     host, clock = foreign_host(sleeper), Clock()
     killer = Killer(sleeper.pid)
     run = make(host, clock, tmp_path, {"foreign_cores": ["free-cores", "report"], "allow_free_cores": True},
-               killer=killer, kill_grace=5)
+               killer=killer, kill_grace=60)
     started = time.monotonic()
     run.once()
     assert sleeper.wait(timeout=5) == -signal.SIGTERM
-    assert time.monotonic() - started < 4  # ended (a zombie until reaped): no wait for the grace time
+    assert time.monotonic() - started < 20  # ended (a zombie until reaped): no wait for the grace time (60 s)
     assert [s for p, s in killer.sent if s != 0] == [signal.SIGTERM]  # no SIGKILL, nothing to pid 4000 or 4001
     action = state_of(tmp_path)["actions"][-1]
     assert (action["kind"], action["outcome"]) == ("free-cores", "done")
