@@ -28,6 +28,18 @@ def _rootfs_tar(path: Path) -> Path:
     return path
 
 
+def _twice_at_once(fn, timeout: float = 30) -> list:
+    """``fn()`` in two threads, the second started while the first runs; their results, in the order they ended."""
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(fn())) for _ in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.1)
+    for t in threads:
+        t.join(timeout)
+    return results
+
+
 def test_two_builders_of_one_base_layer_build_it_once_and_get_the_same_file(tmp_path, monkeypatch):
     """The second waits on the first's lock, then finds the layer built (no second mmdebstrap run)."""
     base_tar = _rootfs_tar(tmp_path / "rootfs.tar")
@@ -41,13 +53,7 @@ def test_two_builders_of_one_base_layer_build_it_once_and_get_the_same_file(tmp_
         return real(*args, **kw)
 
     monkeypatch.setattr(image, "_build_base_layer", slow_build)
-    results: list[tuple[Path, str]] = []
-    threads = [threading.Thread(target=lambda: results.append(image.base_layer(cache, base_tar))) for _ in range(2)]
-    for t in threads:
-        t.start()
-        time.sleep(0.1)
-    for t in threads:
-        t.join(10)
+    results = _twice_at_once(lambda: image.base_layer(cache, base_tar))
     assert len(builds) == 1, f"built {len(builds)} times"
     assert len(results) == 2 and results[0] == results[1]
     assert results[0][0].is_file()
@@ -66,13 +72,7 @@ def test_a_second_base_image_builder_waits_then_finds_it_built(tmp_path, monkeyp
         return base
 
     monkeypatch.setattr(baseimage, "_build_base", fake_build)
-    results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(baseimage.ensure_base())) for _ in range(2)]
-    for t in threads:
-        t.start()
-        time.sleep(0.1)
-    for t in threads:
-        t.join(10)
+    results = _twice_at_once(baseimage.ensure_base)
     assert builds == [baseimage.base_recipe_hash()]
     assert results == [layout.CACHE_DIR / f"base-{baseimage.base_recipe_hash()}"] * 2
     # the waiter said what it waited for, in the state's log directory
@@ -170,12 +170,6 @@ def test_two_fetchers_of_the_host_wheels_download_them_once(tmp_path, monkeypatc
         (out / ".complete").write_text(key + "\n")
 
     monkeypatch.setattr(pypi, "_download_host_wheels", slow_download)
-    got: list[list[Path]] = []
-    threads = [threading.Thread(target=lambda: got.append(pypi.fetch_host_wheels(tmp_path, ROOT))) for _ in range(2)]
-    for t in threads:
-        t.start()
-        time.sleep(0.1)
-    for t in threads:
-        t.join(30)
+    got = _twice_at_once(lambda: pypi.fetch_host_wheels(tmp_path, ROOT))
     assert len(downloads) == 1
     assert len(got) == 2 and got[0] == got[1] and [p.name for p in got[0]] == ["pip-1-py3-none-any.whl"]
