@@ -110,7 +110,7 @@ demo: prereqs sandbox-prefetch setup-triton ## Bring up the sandbox (Triton host
 	@$(PY) -c "from tritonfleet.sandbox.inventory import sandbox_hosts as h; [print('front door', n, 'http://%s:8000  grpc %s:8001  metrics http://%s:8405/metrics' % ((d['ssh_hostname'],) * 3)) for n, d in h(accelerated=False)]"
 	$(TF) status --inventory $(INVENTORY)
 
-test: prereqs sandbox-prefetch setup-triton ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox fleet's tests on two workers, the rest on a third)
+test: prereqs sandbox-prefetch setup-triton ## Run the whole test suite, e2e on the sandbox fleet included (the sandbox fleet's tests on two workers, the rest on a third and at the end on all three)
 	@$(PY) -m tritonfleet.sandbox.prefetch --wheels --background
 	@rm -f .pytest-exit-code; $(VENV)/bin/pytest -n 3 --dist loadgroup --durations=25 $(PYTEST_ARGS); rc=$$?; echo $$rc > .pytest-exit-code; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)" >&2; fi; exit $$rc
