@@ -47,10 +47,11 @@ LAYERS = {
 # last); "fleet2" runs the e2e files of E2E_SECOND_FILES on hosts of their own at the same time, then the
 # real-Triton layer (its worker is free of the fleet by then); "host" runs the pure and @fake layers and the
 # sandbox builders that need no fleet, meanwhile, file by file on the third worker, and on the other two as well
-# once their own group is ending (GroupScheduling: the three share the host group's tail). A worker that runs a test of a layer that needs no fleet lowers
-# its CPU priority (HOST_GROUP_NICE): the fleet's deploys get the CPU first. The group follows the file's layer by
-# LAYER_RULES (below), and GroupScheduling below does the grouping: xdist 3.8's own `xdist_group` marks have no
-# effect under pytest 9.2 (xdist renames ``item._nodeid``, which pytest 9.2 no longer reads).
+# once their own group is ending (GroupScheduling: the three share the host group's tail). A worker that runs a
+# test of a layer that needs no fleet lowers its CPU priority (HOST_GROUP_NICE): the fleet's deploys get the CPU
+# first. The group follows the file's layer by LAYER_RULES (below), and GroupScheduling below does the grouping:
+# xdist 3.8's own `xdist_group` marks have no effect under pytest 9.2 (xdist renames ``item._nodeid``, which
+# pytest 9.2 no longer reads).
 XDIST_GROUPS = {"pure": "host", "fake": "host", "triton": "fleet2", "sandbox": "fleet", "e2e": "fleet"}
 #: the layers that need no sandbox fleet: a worker lowers its CPU priority once it runs one of their tests
 NO_FLEET_LAYERS = {"pure", "fake", "triton"}

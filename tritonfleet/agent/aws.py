@@ -70,9 +70,10 @@ _LOADER: Any = None
 
 def session(region_name: str | None = None) -> Any:
     """A new boto3 session (its own credentials and configuration, read from the environment now; ``region_name``
-    as boto3's) on this process' one botocore data loader, which keeps each service model it has read: a model is parsed once per process, not
-    once per client (the S3 model alone takes about a tenth of a second of CPU, EC2's a fifth). A long-lived agent (the
-    pull loop, the watchdog) makes clients again and again, and so do the fleet's commands (fleet/aws.py). The data path is the first session's (``AWS_DATA_PATH``)."""
+    as boto3's) on this process' one botocore data loader, which keeps each service model it has read: a model is
+    parsed once per process, not once per client (the S3 model alone takes about a tenth of a second of CPU, EC2's a
+    fifth). A long-lived agent (the pull loop, the watchdog) makes clients again and again, and so do the fleet's
+    commands (fleet/aws.py). The data path is the first session's (``AWS_DATA_PATH``)."""
     import boto3
     import botocore.session
 

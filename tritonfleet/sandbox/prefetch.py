@@ -78,7 +78,8 @@ def _stopped_hosts_bases() -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m tritonfleet.sandbox.prefetch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m tritonfleet.sandbox.prefetch",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--background", action="store_true",
                         help="start the build in a session of its own and return; its output goes to the log")
     parser.add_argument("--wheels", action="store_true",
