@@ -173,3 +173,25 @@ def test_two_fetchers_of_the_host_wheels_download_them_once(tmp_path, monkeypatc
     got = _twice_at_once(lambda: pypi.fetch_host_wheels(tmp_path, ROOT))
     assert len(downloads) == 1
     assert len(got) == 2 and got[0] == got[1] and [p.name for p in got[0]] == ["pip-1-py3-none-any.whl"]
+
+
+def test_a_failed_prefetch_is_one_line_and_exit_1_and_non_root_builds_nothing(tmp_path, monkeypatch, capsys):
+    """The background build's failure is one line in its log (the one that needs the item builds it again), never a
+    traceback; without root it builds nothing and says so."""
+    monkeypatch.setattr(layout, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+
+    def broken(keep=()):
+        raise RuntimeError("mmdebstrap failed building the image base:\nE: no network")
+
+    monkeypatch.setattr(prefetch, "prefetch", broken)
+    assert prefetch.main([]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == ("sandbox: prefetch: the base image and the image base layer failed after 0s: "
+                                    "mmdebstrap failed building the image base: E: no network")
+    built: list[str] = []
+    monkeypatch.setattr(prefetch, "prefetch", lambda keep=(): built.append("base"))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert prefetch.main([]) == 0 and built == []
+    assert "not root, nothing built" in capsys.readouterr().err

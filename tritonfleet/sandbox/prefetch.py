@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prefetch_wheels() if args.wheels else prefetch(keep=_stopped_hosts_bases())
     except Exception as exc:  # the one that needs the item builds it again, and says why there
-        log(f"prefetch: {what} failed after {time.monotonic() - t0:.0f}s: {exc}")
+        log(f"prefetch: {what} failed after {time.monotonic() - t0:.0f}s: {' '.join(str(exc).split())}")
         return 1
     log(f"prefetch: {what} ready in {time.monotonic() - t0:.0f}s")
     return 0
